@@ -1,0 +1,242 @@
+"""The standard change event of §6.1, its record key and revision tokens, and stable ids (§7.4).
+
+Pure value objects: constructing one validates it; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tidesync.domain.values import (
+    Row,
+    Value,
+    canonical_text,
+    canonical_value,
+    frozen_row,
+    require_utc,
+)
+
+SCHEMA_VERSION = "1.0"
+"""Platform event protocol version (major.minor). Receivers refuse an unknown major."""
+
+EVENT_ID_NAMESPACE = uuid.UUID("5d0f6a1e-8c3b-5b7e-9a41-7e2c1d9b6f30")
+TOMBSTONE_NAMESPACE = uuid.UUID("9b2d4c6e-1f3a-5d8b-8e7c-2a4f6b8d0c12")
+
+
+class Operation(enum.StrEnum):
+    INSERT = "INSERT"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    SNAPSHOT = "SNAPSHOT"
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """A row revision token (`_sync_revision`): always 16 bytes on the wire and in the model.
+
+    Databases store it as CHAR(36) (UUID text) or BINARY(16); both map here.
+    """
+
+    value: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.value) != 16:
+            raise ValueError(f"a revision is 16 bytes, got {len(self.value)}")
+
+    @classmethod
+    def parse(cls, raw: str | bytes) -> Revision:
+        """From a column value: 36-char UUID text, 32 hex digits, or 16 raw bytes."""
+        if isinstance(raw, bytes):
+            return cls(raw)
+        return cls(uuid.UUID(raw).bytes)
+
+    @property
+    def text(self) -> str:
+        return str(uuid.UUID(bytes=self.value))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """Where a business record lives: database, schema (None on MySQL), table and primary key.
+
+    The primary key keeps the source's column order; that order is part of its identity.
+    """
+
+    database: str
+    table: str
+    primary_key: tuple[tuple[str, Value], ...]
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.primary_key:
+            raise ValueError("a record key needs at least one primary key column")
+        names = [name for name, _ in self.primary_key]
+        if len(set(names)) != len(names):
+            raise ValueError("duplicate primary key column")
+
+    @classmethod
+    def of(
+        cls, database: str, table: str,
+        primary_key: Mapping[str, Value] | Iterable[tuple[str, Value]], schema: str | None = None,
+    ) -> RecordKey:
+        items = primary_key.items() if isinstance(primary_key, Mapping) else primary_key
+        return cls(database, table, tuple(items), schema)
+
+    def key_text(self) -> str:
+        """Canonical text of the primary key alone (typed, column order kept)."""
+        return canonical_text(self.primary_key)
+
+    def canonical(self) -> str:
+        """Canonical text of the whole key: stable across processes and versions."""
+        return canonical_text(
+            [("database", self.database), ("schema", self.schema), ("table", self.table)]
+        ) + self.key_text()
+
+    def as_dict(self) -> dict[str, Value]:
+        return dict(self.primary_key)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceCoordinates:
+    """Where a captured record sits in the queue, plus the replay epoch (§7.4)."""
+
+    origin_node_id: str
+    replay_epoch: int
+    topic: str
+    partition: int
+    offset: int
+
+    def __post_init__(self) -> None:
+        if not self.origin_node_id:
+            raise ValueError("origin_node_id is required")
+        if self.replay_epoch < 0 or self.partition < 0 or self.offset < 0:
+            raise ValueError("replay_epoch, partition and offset must be >= 0")
+
+
+def event_id_for(source: SourceCoordinates, key: RecordKey, operation: Operation) -> uuid.UUID:
+    """event_id = UUIDv5(origin + replay_epoch + topic + partition + offset + db + table + pk + op).
+
+    Each part is length-prefixed so that no two different coordinate tuples share a name.
+    """
+    parts = [
+        source.origin_node_id, str(source.replay_epoch), source.topic, str(source.partition),
+        str(source.offset), key.database, key.schema or "", key.table, key.key_text(),
+        operation.value,
+    ]
+    name = "".join(f"{len(part)}:{part};" for part in parts)
+    return uuid.uuid5(EVENT_ID_NAMESPACE, name)
+
+
+def tombstone_revision(event_id: uuid.UUID) -> Revision:
+    """The deterministic result revision of a DELETE (§5.1): derived from its event id."""
+    return Revision(uuid.uuid5(TOMBSTONE_NAMESPACE, str(event_id)).bytes)
+
+
+def _check_major(schema_version: str) -> None:
+    major, _, minor = schema_version.partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        raise ValueError(f"schema_version must be major.minor, got {schema_version!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One normalized row change (§6.1), the unit that crosses the link and is applied.
+
+    `source_sequence` is the contiguous number assigned per source partition after
+    normalization (None until the ship's state store assigns it); `rule_id`/`rule_version`
+    are set by the rule runtime. `business_occurred_at` is None unless a rule names the
+    business-time column. Rows hold only columns the source captured.
+    """
+
+    event_id: uuid.UUID
+    origin_node_id: str
+    source_connector_id: str
+    source_topic: str
+    source_partition: int
+    source_position: int
+    record: RecordKey
+    operation: Operation
+    captured_at: dt.datetime
+    before: Row | None = None
+    after: Row | None = None
+    base_revision: Revision | None = None
+    result_revision: Revision | None = None
+    source_sequence: int | None = None
+    transaction_id: str | None = None
+    transaction_order: int | None = None
+    rule_id: str | None = None
+    rule_version: int | None = None
+    business_occurred_at: dt.datetime | None = None
+    trace_id: str = ""
+    replay_epoch: int = 0
+    schema_version: str = SCHEMA_VERSION
+    source_details: Mapping[str, Value] = field(default_factory=lambda: frozen_row({}))
+
+    def __post_init__(self) -> None:
+        _check_major(self.schema_version)
+        # Check each operation carries the images it needs.
+        if self.operation in (Operation.INSERT, Operation.SNAPSHOT) and self.after is None:
+            raise ValueError(f"{self.operation} needs an after image")
+        if self.operation is Operation.UPDATE and (self.after is None or self.before is None):
+            raise ValueError("UPDATE needs before and after images")
+        if self.operation is Operation.DELETE and (self.before is None or self.after is not None):
+            raise ValueError("DELETE needs a before image and no after image")
+        object.__setattr__(self, "captured_at", require_utc(self.captured_at))
+        if self.business_occurred_at is not None:
+            object.__setattr__(
+                self, "business_occurred_at", require_utc(self.business_occurred_at)
+            )
+        for name in ("before", "after", "source_details"):
+            image = getattr(self, name)
+            if image is not None:
+                object.__setattr__(self, name, frozen_row(image))
+
+    @property
+    def database(self) -> str:
+        return self.record.database
+
+    @property
+    def schema(self) -> str | None:
+        return self.record.schema
+
+    @property
+    def table(self) -> str:
+        return self.record.table
+
+    @property
+    def primary_key(self) -> dict[str, Value]:
+        return self.record.as_dict()
+
+    @property
+    def coordinates(self) -> SourceCoordinates:
+        return SourceCoordinates(
+            self.origin_node_id, self.replay_epoch, self.source_topic, self.source_partition,
+            self.source_position,
+        )
+
+    def expected_event_id(self) -> uuid.UUID:
+        """The id §7.4 gives this event's coordinates; equal to `event_id` when untampered."""
+        return event_id_for(self.coordinates, self.record, self.operation)
+
+    def changed_columns(self) -> tuple[str, ...]:
+        """Columns whose value differs between before and after (all after columns on insert)."""
+        if self.after is None:
+            return ()
+        if self.before is None:
+            return tuple(self.after)
+        return tuple(
+            name for name, value in self.after.items()
+            if name not in self.before or not _same(self.before[name], value)
+        )
+
+
+def _same(a: Value, b: Value) -> bool:
+    # Equal values of different types or scales (True == 1, 1.0 == 1.00) are still a change.
+    return canonical_value(a) == canonical_value(b)
