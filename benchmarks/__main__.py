@@ -1,0 +1,36 @@
+"""Entry point: `python -m benchmarks NAME [--quick]` runs one benchmark and prints its report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+import benchmarks
+from benchmarks.harness import Report
+
+_NOT_BENCHMARKS = {"harness", "__main__"}
+
+
+def available() -> list[str]:
+    return sorted(
+        m.name for m in pkgutil.iter_modules(benchmarks.__path__)
+        if m.name not in _NOT_BENCHMARKS and not m.name.startswith("_")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks")
+    parser.add_argument("name", choices=available())
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (for smoke tests)")
+    args = parser.parse_args(argv)
+    module = importlib.import_module(f"benchmarks.{args.name}")
+    report = Report(args.name)
+    module.run(report, quick=args.quick)
+    print(report.render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
