@@ -1,0 +1,56 @@
+"""The composition root: turns a Config into concrete adapters. Only this module chooses them.
+
+Event store settings become the `eventsourcing` library's environment for each application.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.utils import Environment
+
+from tidesync.config import Config, EventStoreConfig, EventStoreKind
+
+
+def event_store_env(store: EventStoreConfig) -> dict[str, str]:
+    """The `eventsourcing` environment for the configured event store."""
+    if store.kind is EventStoreKind.SQLITE:
+        Path(store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": store.sqlite_path,
+            "SQLITE_LOCK_TIMEOUT": "10",
+        }
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_HOST": store.postgres_host,
+        "POSTGRES_PORT": str(store.postgres_port),
+        "POSTGRES_DBNAME": store.postgres_dbname,
+        "POSTGRES_USER": store.postgres_user,
+        "POSTGRES_PASSWORD": store.postgres_password,
+        "POSTGRES_POOL_SIZE": str(store.postgres_pool_size),
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+    }
+
+
+def describe_event_store(store: EventStoreConfig) -> str:
+    """Where the event store lives, for people (never includes the password)."""
+    if store.kind is EventStoreKind.SQLITE:
+        return f"sqlite:{Path(store.sqlite_path).resolve()}"
+    return (f"postgresql://{store.postgres_user}@{store.postgres_host}:{store.postgres_port}/"
+            f"{store.postgres_dbname}")
+
+
+def check_event_store(config: Config, name: str = "shore_health") -> int:
+    """Open the event store and read its newest notification id (0 when empty).
+
+    Raises the driver's error when the store cannot be reached.
+    """
+    env = Environment(name, event_store_env(config.event_store))
+    with InfrastructureFactory.construct(env) as factory:
+        recorder = factory.application_recorder()
+        try:
+            return recorder.max_notification_id() or 0
+        finally:
+            factory.close()

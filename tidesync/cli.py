@@ -1,0 +1,139 @@
+"""The one command-line entry point, `tidesync`, and its subcommands.
+
+Subcommands import their implementation lazily so `tidesync --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+
+from tidesync.config import Config, ConfigError, EventStoreConfig, EventStoreKind, load_config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidesync", description="Keeps ship and shore MySQL databases in sync.",
+    )
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML configuration file (default: $TIDESYNC_CONFIG)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    _add_demo(commands)
+    _add_shore(commands)
+    _add_config(commands)
+    _add_inspect(commands)
+    return parser
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = commands.add_parser(
+        "demo", help="run tidesync on its embedded default (SQLite, local broker)",
+    )
+    demo.add_argument("--data-dir", default="tidesync-demo",
+                      help="where the embedded default keeps its files (default: %(default)s)")
+    demo.add_argument("--port", type=int, default=8470,
+                      help="shore listen port, 0 for any free port (default: %(default)s)")
+    demo.add_argument("--duration", type=float, default=None,
+                      help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _add_shore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    shore = commands.add_parser("shore", help="shore server and workers")
+    shore_commands = shore.add_subparsers(dest="shore_command", metavar="SUBCOMMAND")
+    shore_commands.required = True
+    serve = shore_commands.add_parser("serve", help="serve the shore HTTP API")
+    serve.add_argument("--duration", type=float, default=None,
+                       help="stop after this many seconds (default: run until stopped)")
+    serve.set_defaults(handler=_run_shore_serve)
+
+
+def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = commands.add_parser("config", help="show or check the configuration")
+    config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    config_commands.required = True
+    show = config_commands.add_parser("show", help="print the effective configuration")
+    show.set_defaults(handler=_run_config_show)
+    check = config_commands.add_parser("check", help="validate the configuration")
+    check.set_defaults(handler=_run_config_check)
+
+
+def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inspect = commands.add_parser("inspect", help="explain how tidesync reads an input")
+    kinds = inspect.add_subparsers(dest="kind", metavar="KIND")
+    kinds.required = True
+    debezium = kinds.add_parser(
+        "debezium", help="normalize one Debezium MySQL record and print the outcome as JSON",
+    )
+    from tidesync.ship.inspect import add_inspect_debezium_arguments
+
+    add_inspect_debezium_arguments(debezium)
+
+
+def _load(args: argparse.Namespace) -> Config:
+    return load_config(args.config)
+
+
+def _run_config_show(args: argparse.Namespace) -> int:
+    print(json.dumps(_load(args).redacted(), indent=2))
+    return 0
+
+
+def _run_config_check(args: argparse.Namespace) -> int:
+    _load(args)
+    print("configuration is valid")
+    return 0
+
+
+def _run_shore_serve(args: argparse.Namespace) -> int:
+    config = _load(args)
+    return _serve(config, args.duration)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    """The embedded default: everything local, state under one data directory."""
+    config = _load(args)
+    config = dataclasses.replace(
+        config,
+        event_store=EventStoreConfig(
+            kind=EventStoreKind.SQLITE, sqlite_path=f"{args.data_dir}/shore-events.sqlite",
+        ),
+        shore=dataclasses.replace(config.shore, listen_port=args.port),
+    )
+    return _serve(config, args.duration)
+
+
+def _serve(config: Config, duration: float | None) -> int:
+    from tidesync.shore.server import describe, serve
+
+    def ready(url: str) -> None:
+        print(f"tidesync shore listening on {url}", flush=True)
+        print(f"  event store: {describe(config)}", flush=True)
+        print(f"  health:      {url}/healthz", flush=True)
+        if duration is None:
+            print("  press Ctrl-C to stop", flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, ready, duration))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+    except ConfigError as error:
+        print(f"tidesync: {error}", file=sys.stderr)
+        return 2
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""One typed configuration for every tidesync process: a TOML file plus `TIDESYNC_*` overrides.
+
+`TIDESYNC_<SECTION>__<FIELD>` overrides one field (e.g. `TIDESYNC_SHORE__LISTEN_PORT=8443`);
+`TIDESYNC_CONFIG` names the file. Every problem is reported at once, with where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_PREFIX = "TIDESYNC_"
+CONFIG_ENV = "TIDESYNC_CONFIG"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; `problems` lists every field at fault."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+class EventStoreKind(enum.StrEnum):
+    SQLITE = "sqlite"
+    POSTGRES = "postgres"
+
+
+@dataclass(frozen=True)
+class EventStoreConfig:
+    """Where the shore keeps its event streams and read models."""
+
+    kind: EventStoreKind = EventStoreKind.SQLITE
+    sqlite_path: str = "tidesync-data/shore-events.sqlite"
+    postgres_host: str = "127.0.0.1"
+    postgres_port: int = 5432
+    postgres_dbname: str = "tidesync"
+    postgres_user: str = "tidesync"
+    postgres_password: str = field(default="", metadata={"secret": True})
+    postgres_pool_size: int = 5
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.postgres_port <= 65535:
+            problems.append("event_store.postgres_port: must be 1..65535")
+        if self.postgres_pool_size < 1:
+            problems.append("event_store.postgres_pool_size: must be >= 1")
+        return problems
+
+
+@dataclass(frozen=True)
+class ShoreConfig:
+    """The shore server: where it listens and its request limits."""
+
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8470
+    max_compressed_bytes: int = 8 * 1024 * 1024
+    max_decompressed_bytes: int = 64 * 1024 * 1024
+    max_events_per_batch: int = 500
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 0 <= self.listen_port <= 65535:
+            problems.append("shore.listen_port: must be 0..65535 (0 picks a free port)")
+        for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch"):
+            if getattr(self, name) < 1:
+                problems.append(f"shore.{name}: must be >= 1")
+        if self.max_decompressed_bytes < self.max_compressed_bytes:
+            problems.append("shore.max_decompressed_bytes: must be >= max_compressed_bytes")
+        return problems
+
+
+@dataclass(frozen=True)
+class ShipConfig:
+    """The ship client: its node identity, state file and queue."""
+
+    node_id: str = ""
+    shore_url: str = "http://127.0.0.1:8470"
+    state_path: str = "tidesync-data/ship-state.sqlite"
+    kafka_bootstrap_servers: str = ""
+    batch_max_events: int = 500
+    batch_max_bytes: int = 4 * 1024 * 1024
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.batch_max_events <= 10_000:
+            problems.append("ship.batch_max_events: must be 1..10000")
+        if self.batch_max_bytes < 1024:
+            problems.append("ship.batch_max_bytes: must be >= 1024")
+        if not self.shore_url.startswith(("http://", "https://")):
+            problems.append("ship.shore_url: must start with http:// or https://")
+        return problems
+
+
+@dataclass(frozen=True)
+class Config:
+    shore: ShoreConfig = field(default_factory=ShoreConfig)
+    ship: ShipConfig = field(default_factory=ShipConfig)
+    event_store: EventStoreConfig = field(default_factory=EventStoreConfig)
+
+    def validate(self) -> list[str]:
+        return self.shore.validate() + self.ship.validate() + self.event_store.validate()
+
+    def redacted(self) -> dict[str, dict[str, object]]:
+        """The effective configuration for display, with secrets masked."""
+        out: dict[str, dict[str, object]] = {}
+        for section in dataclasses.fields(self):
+            values = getattr(self, section.name)
+            out[section.name] = {
+                f.name: ("***" if f.metadata.get("secret") and getattr(values, f.name) else
+                         _plain(getattr(values, f.name)))
+                for f in dataclasses.fields(values)
+            }
+        return out
+
+
+def _plain(value: object) -> object:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Defaults, then the TOML file (argument or `TIDESYNC_CONFIG`), then env overrides."""
+    env = os.environ if env is None else env
+    path = path or env.get(CONFIG_ENV) or None
+    problems: list[str] = []
+    raw: dict[str, dict[str, tuple[object, str]]] = {}
+    if path is not None:
+        _read_file(Path(path), raw, problems)
+    _read_env(env, raw, problems)
+    config = _build(raw, problems)
+    problems += config.validate()
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _read_file(path: Path, raw: dict[str, dict[str, tuple[object, str]]],
+               problems: list[str]) -> None:
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        problems.append(f"{path}: cannot read ({error.strerror})")
+        return
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        problems.append(f"{path}: not valid TOML ({error})")
+        return
+    for section, values in document.items():
+        if not isinstance(values, dict):
+            problems.append(f"{path}: [{section}] must be a table")
+            continue
+        for name, value in values.items():
+            raw.setdefault(section, {})[name] = (value, str(path))
+
+
+def _read_env(env: Mapping[str, str], raw: dict[str, dict[str, tuple[object, str]]],
+              problems: list[str]) -> None:
+    for variable, value in env.items():
+        if not variable.startswith(ENV_PREFIX) or variable == CONFIG_ENV:
+            continue
+        section, sep, name = variable[len(ENV_PREFIX):].lower().partition("__")
+        if not sep:
+            continue  # Not a field override (e.g. TIDESYNC_TEST_PG_DSN belongs to tests).
+        raw.setdefault(section, {})[name] = (value, variable)
+
+
+def _build(raw: dict[str, dict[str, tuple[object, str]]], problems: list[str]) -> Config:
+    hints = typing.get_type_hints(Config)
+    sections: dict[str, object] = {}
+    for section, values in raw.items():
+        if section not in hints:
+            origins = sorted({origin for _, origin in values.values()})
+            problems.append(f"unknown section {section!r} (from {', '.join(origins)})")
+            continue
+        sections[section] = _build_section(section, hints[section], values, problems)
+    return Config(**sections)  # type: ignore[arg-type]
+
+
+def _build_section(section: str, cls: type, values: dict[str, tuple[object, str]],
+                   problems: list[str]) -> object:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, object] = {}
+    for name, (value, origin) in values.items():
+        if name not in hints:
+            problems.append(f"{section}.{name}: unknown setting (from {origin})")
+            continue
+        try:
+            kwargs[name] = _coerce(value, hints[name])
+        except ValueError as error:
+            problems.append(f"{section}.{name}: {error} (from {origin})")
+    return cls(**kwargs)
+
+
+def _coerce(value: object, target: object) -> object:
+    if isinstance(target, types.UnionType):
+        target = next(t for t in typing.get_args(target) if t is not type(None))
+    if isinstance(target, type) and issubclass(target, enum.Enum):
+        allowed = [member.value for member in target]
+        if value not in allowed:
+            raise ValueError(f"expected one of {allowed}, got {value!r}")
+        return target(value)
+    if target is bool:
+        return _coerce_bool(value)
+    if target is int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {value!r}") from None
+    if target is str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {value!r}")
+        return value
+    raise ValueError(f"unsupported setting type {target!r}")
+
+
+def _coerce_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
