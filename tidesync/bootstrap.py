@@ -54,3 +54,17 @@ def check_event_store(config: Config, name: str = "shore_health") -> int:
             return recorder.max_notification_id() or 0
         finally:
             factory.close()
+
+
+def postgres_conninfo(store: EventStoreConfig) -> str:
+    """A libpq connection string for tidesync's own tables in the event store database."""
+    parts = {
+        "host": store.postgres_host, "port": str(store.postgres_port),
+        "dbname": store.postgres_dbname, "user": store.postgres_user,
+        "password": store.postgres_password, "connect_timeout": "5",
+    }
+    return " ".join(f"{key}={_quote(value)}" for key, value in parts.items() if value)
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

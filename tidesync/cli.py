@@ -9,11 +9,18 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import json
 import sys
 from collections.abc import Sequence
 
 from tidesync.config import Config, ConfigError, EventStoreConfig, EventStoreKind, load_config
+
+COMMAND_MODULES = (
+    "tidesync.ingress.commands",
+    "tidesync.shore.target_commands",
+)
+"""Modules that add subcommands: each has `register_commands(commands)`."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_shore(commands)
     _add_config(commands)
     _add_inspect(commands)
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register_commands(commands)
     return parser
 
 
