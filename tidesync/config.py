@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import enum
 import os
@@ -64,14 +66,45 @@ class ShoreConfig:
     max_compressed_bytes: int = 8 * 1024 * 1024
     max_decompressed_bytes: int = 64 * 1024 * 1024
     max_events_per_batch: int = 500
+    apply_lease_seconds: int = 60
+    apply_max_events_per_job: int = 2000
+    apply_chunk_size: int = 500
+    # Node signing secrets are sealed with this AES-256 key: `master_key` (base64 of 32 bytes,
+    # normally from TIDESYNC_SHORE__MASTER_KEY) wins over the file, which
+    # `tidesync nodes register` creates (mode 0600) when neither exists.
+    master_key_file: str = "tidesync-data/master.key"
+    master_key: str = field(default="", metadata={"secret": True})
+    # Per-node and global request limits of the sync API (429 + Retry-After beyond them).
+    node_requests_per_second: int = 10
+    node_request_burst: int = 20
+    node_max_concurrent_requests: int = 2
+    max_in_flight_requests: int = 64
+    request_window_seconds: int = 300
+    heartbeat_interval_seconds: int = 60
+    # Sync API tables: connection pool size and how long a request waits for PostgreSQL.
+    database_pool_size: int = 8
+    database_timeout_seconds: int = 5
+    # Client-certificate identity set by a TLS-terminating proxy (e.g. the certificate's CN),
+    # believed only from the listed proxy addresses (comma-separated IPs).
+    client_identity_header: str = ""
+    trusted_proxies: str = ""
 
     def validate(self) -> list[str]:
         problems = []
         if not 0 <= self.listen_port <= 65535:
             problems.append("shore.listen_port: must be 0..65535 (0 picks a free port)")
-        for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch"):
+        for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch",
+                     "node_requests_per_second", "node_request_burst",
+                     "node_max_concurrent_requests", "max_in_flight_requests",
+                     "request_window_seconds", "heartbeat_interval_seconds",
+                     "database_pool_size", "database_timeout_seconds",
+                     "apply_lease_seconds", "apply_max_events_per_job", "apply_chunk_size"):
             if getattr(self, name) < 1:
                 problems.append(f"shore.{name}: must be >= 1")
+        if self.client_identity_header and not self.trusted_proxies:
+            problems.append("shore.client_identity_header: needs shore.trusted_proxies")
+        if self.master_key and not _is_aes256_key(self.master_key):
+            problems.append("shore.master_key: must be the base64 text of 32 bytes")
         if self.max_decompressed_bytes < self.max_compressed_bytes:
             problems.append("shore.max_decompressed_bytes: must be >= max_compressed_bytes")
         return problems
@@ -100,13 +133,35 @@ class ShipConfig:
 
 
 @dataclass(frozen=True)
+class TargetConfig:
+    """The business MySQL the shore applies changes to, and this node's id on its rows."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "tidesync"
+    password: str = field(default="", metadata={"secret": True})
+    database: str = ""
+    node_id: str = "shore"
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.port <= 65535:
+            problems.append("target.port: must be 1..65535")
+        if not self.node_id:
+            problems.append("target.node_id: must not be empty")
+        return problems
+
+
+@dataclass(frozen=True)
 class Config:
     shore: ShoreConfig = field(default_factory=ShoreConfig)
     ship: ShipConfig = field(default_factory=ShipConfig)
     event_store: EventStoreConfig = field(default_factory=EventStoreConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
 
     def validate(self) -> list[str]:
-        return self.shore.validate() + self.ship.validate() + self.event_store.validate()
+        return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
+                + self.target.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""
@@ -119,6 +174,13 @@ class Config:
                 for f in dataclasses.fields(values)
             }
         return out
+
+
+def _is_aes256_key(text: str) -> bool:
+    try:
+        return len(base64.b64decode(text, validate=True)) == 32
+    except binascii.Error:
+        return False
 
 
 def _plain(value: object) -> object:

@@ -1,0 +1,486 @@
+"""The MySQL/MariaDB target applier: compare-and-set statements and a ledger, through pymysql.
+
+Driver errors become TransientTargetError, CommitOutcomeUnknown or a REJECTED reason in one place.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from tidesync.config import TargetConfig
+from tidesync.domain.change_event import Operation, Revision
+from tidesync.domain.values import BitString, JsonText, Value
+from tidesync.shore.target import (
+    EVENT_ID_COLUMN,
+    LEDGER_TABLE,
+    ORIGIN_COLUMN,
+    REVISION_COLUMN,
+    UPDATED_AT_COLUMN,
+    CommitOutcomeUnknown,
+    RejectReason,
+    Route,
+    TargetError,
+    TargetOutcome,
+    TransientTargetError,
+    same_names,
+)
+from tidesync.shore.target_cas import (
+    Clock,
+    CompareAndSetApplier,
+    DuplicatePrimaryKey,
+    PlannedWrite,
+    StatementRejected,
+    key_in_table_order,
+    parse_revision,
+    reject_template,
+    utc_now,
+)
+from tidesync.shore.target_schema import (
+    REMOTE_APPLY_VARIABLE,
+    ColumnKind,
+    ColumnType,
+    TableShape,
+    TableState,
+    check_node_id,
+    inspect_mysql_table,
+    mysql_quote,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_METADATA_SET = (f"{REVISION_COLUMN} = %s, {ORIGIN_COLUMN} = %s, {EVENT_ID_COLUMN} = %s,"
+                 f" {UPDATED_AT_COLUMN} = %s")
+_LEDGER_COLUMNS = "(event_id, origin_node_id, table_name, applied_at)"
+_LOOKUP_BATCH = 1000
+
+# --- driver errors → our errors (the one boundary) ------------------------------------------
+
+_TRANSIENT: dict[int, str] = {
+    1205: "LOCK_WAIT_TIMEOUT", 1213: "DEADLOCK", 1614: "DEADLOCK", 1637: "TOO_MANY_TRANSACTIONS",
+    1040: "TOO_MANY_CONNECTIONS", 1203: "TOO_MANY_CONNECTIONS", 1226: "RESOURCE_LIMIT",
+    1041: "OUT_OF_MEMORY", 1021: "DISK_FULL", 1114: "TABLE_FULL",
+    1290: "READ_ONLY", 1792: "READ_ONLY", 1836: "READ_ONLY",
+    1317: "QUERY_INTERRUPTED", 1969: "STATEMENT_TIMEOUT", 3024: "STATEMENT_TIMEOUT",
+    1044: "ACCESS_DENIED", 1045: "ACCESS_DENIED", 1142: "ACCESS_DENIED", 1143: "ACCESS_DENIED",
+    1227: "ACCESS_DENIED", 1158: "NETWORK_ERROR", 1159: "NETWORK_ERROR", 1160: "NETWORK_ERROR",
+    1161: "NETWORK_ERROR", 2002: "CANNOT_CONNECT", 2003: "CANNOT_CONNECT",
+}
+_CONNECTION_LOST: dict[int, str] = {
+    0: "CONNECTION_LOST", 2006: "SERVER_GONE", 2013: "CONNECTION_LOST", 2055: "CONNECTION_LOST",
+    1053: "SERVER_SHUTDOWN", 1927: "CONNECTION_KILLED", 4031: "IDLE_TRANSACTION_TIMEOUT",
+}
+_REJECTED: dict[int, RejectReason] = {
+    1049: RejectReason.UNKNOWN_DATABASE, 1146: RejectReason.UNKNOWN_TABLE,
+    1054: RejectReason.UNKNOWN_COLUMN, 1406: RejectReason.DATA_TOO_LONG,
+    1264: RejectReason.VALUE_OUT_OF_RANGE, 1690: RejectReason.VALUE_OUT_OF_RANGE,
+    1366: RejectReason.INVALID_VALUE, 1292: RejectReason.INVALID_VALUE,
+    1265: RejectReason.INVALID_VALUE, 1367: RejectReason.INVALID_VALUE,
+    1411: RejectReason.INVALID_VALUE, 3140: RejectReason.INVALID_VALUE,
+    1048: RejectReason.CONSTRAINT_VIOLATION, 4025: RejectReason.CONSTRAINT_VIOLATION,
+    3819: RejectReason.CONSTRAINT_VIOLATION, 1451: RejectReason.CONSTRAINT_VIOLATION,
+    1452: RejectReason.CONSTRAINT_VIOLATION, 1216: RejectReason.CONSTRAINT_VIOLATION,
+    1217: RejectReason.CONSTRAINT_VIOLATION, 1364: RejectReason.MISSING_VALUE,
+}
+_DUPLICATE_KEY = (1062, 1586)
+# The last quoted name after "column"/"Field": values come earlier in these messages.
+_COLUMN_IN_MESSAGE = re.compile(
+    r"(?:column|Column|Field) (?:`(?:[^`]|``)*`\.)*[`']((?:[^`']|``){1,64})[`']")
+_KEY_IN_MESSAGE = re.compile(r"for key '([^']{1,129})'\s*$")
+
+
+def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False) -> Exception:
+    """Our error for a pymysql error: TransientTargetError, CommitOutcomeUnknown (a connection
+    lost while COMMIT was in flight), StatementRejected (the event can never apply as is),
+    DuplicatePrimaryKey, or TargetError for anything unexpected.
+
+    Messages never copy the server's text, which can quote column values.
+    """
+    number = error.args[0] if error.args and isinstance(error.args[0], int) else -1
+    if number in _CONNECTION_LOST:
+        if during_commit:
+            return CommitOutcomeUnknown(_CONNECTION_LOST[number],
+                                        f"MySQL error {number} during COMMIT")
+        return TransientTargetError(_CONNECTION_LOST[number], f"MySQL error {number}")
+    if number in _TRANSIENT:
+        return TransientTargetError(_TRANSIENT[number], f"MySQL error {number}")
+    if during_commit:
+        return CommitOutcomeUnknown("COMMIT_FAILED", f"MySQL error {number} during COMMIT")
+    message = str(error.args[1]) if len(error.args) > 1 else ""
+    if number in _DUPLICATE_KEY:
+        key = _KEY_IN_MESSAGE.search(message)
+        index = key.group(1).rsplit(".", 1)[-1] if key else "?"
+        if index == "PRIMARY":
+            return DuplicatePrimaryKey()
+        return StatementRejected(RejectReason.DUPLICATE_UNIQUE_KEY,
+                                 f"duplicate value in unique index {index}")
+    if number in _REJECTED:
+        columns = _COLUMN_IN_MESSAGE.findall(message)
+        where = f" (column {columns[-1]})" if columns else ""
+        return StatementRejected(_REJECTED[number], f"MySQL error {number}{where}")
+    return TargetError("DATABASE_ERROR", f"MySQL error {number} ({type(error).__name__})")
+
+
+# --- values ---------------------------------------------------------------------------------
+
+
+def _naive_utc(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC).replace(tzinfo=None)
+
+
+_ENCODE: dict[type, Callable[[Any], object]] = {
+    bool: int,
+    dt.datetime: _naive_utc,
+    JsonText: lambda value: value.text,
+    BitString: lambda value: value.value,
+}
+
+
+def mysql_param(value: Value) -> object:
+    """A Value as pymysql sends it (the session time zone is UTC)."""
+    encode = _ENCODE.get(type(value))
+    return value if encode is None else encode(value)
+
+
+def decode_mysql_value(value: object, column: ColumnType) -> Value:
+    """A value pymysql read back, as the Value the column's type means."""
+    if value is None:
+        return None
+    kind = column.kind
+    if kind is ColumnKind.BOOL:
+        return bool(int.from_bytes(value, "big") if isinstance(value, bytes) else value)
+    if kind is ColumnKind.BITS and isinstance(value, bytes):
+        return BitString(column.size or 64, int.from_bytes(value, "big"))
+    if kind is ColumnKind.DATETIME and isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.UTC)
+    if kind is ColumnKind.TIME and isinstance(value, dt.timedelta):
+        if dt.timedelta(0) <= value < dt.timedelta(days=1):
+            return (dt.datetime.min + value).time()
+        return str(value)
+    if kind is ColumnKind.JSON and isinstance(value, str | bytes):
+        return JsonText(value if isinstance(value, str) else value.decode())
+    if isinstance(value, bool | int | float | Decimal | str | bytes | dt.date | dt.time):
+        return value
+    return str(value)
+
+
+# --- the applier ----------------------------------------------------------------------------
+
+
+class MySQLTargetApplier(CompareAndSetApplier):
+    """Applies change events to MySQL/MariaDB tables enabled by `tidesync target enable`.
+
+    One connection (autocommit off, CLIENT.FOUND_ROWS so an UPDATE counts matched rows), UTC
+    session time zone, strict SQL mode, READ COMMITTED (so the evidence read after a lost
+    compare-and-set sees the latest committed row, not a snapshot from earlier in the chunk),
+    and `@tidesync_remote_apply = 1` so the tables' triggers keep the event's metadata.
+    The connection opens on first use and again after it was lost.
+    """
+
+    def __init__(
+        self, *, host: str, port: int, user: str, password: str, node_id: str,
+        database: str | None = None, route: Route = same_names, clock: Clock = utc_now,
+        lock_wait_timeout: int | None = None, connect_timeout: float = 10.0,
+        read_timeout: float | None = None, pipeline_depth: int = 50,
+    ) -> None:
+        super().__init__(check_node_id(node_id), route, clock)
+        self.pipeline_depth = pipeline_depth
+        self._options: dict[str, Any] = {
+            "host": host, "port": port, "user": user, "password": password,
+            "database": database, "charset": "utf8mb4", "autocommit": False,
+            "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
+            "connect_timeout": connect_timeout, "read_timeout": read_timeout,
+        }
+        self._lock_wait_timeout = lock_wait_timeout
+        self._connection: Any = None
+        self._statements: dict[tuple[object, ...], str] = {}
+        self._literal_cache: dict[object, str] = {}
+
+    @classmethod
+    def from_config(cls, target: TargetConfig, route: Route = same_names) -> MySQLTargetApplier:
+        return cls(host=target.host, port=target.port, user=target.user,
+                   password=target.password, database=target.database or None,
+                   node_id=target.node_id, route=route)
+
+    # -- the driver boundary ------------------------------------------------------------------
+
+    def _call(self, action: Callable[[], T], *, commit: bool = False) -> T:
+        """Run a driver call; every pymysql error is mapped here and nowhere else."""
+        try:
+            return action()
+        except pymysql.MySQLError as error:
+            mapped = map_mysql_error(error, during_commit=commit)
+            if isinstance(mapped, TargetError):
+                log.warning("target MySQL call failed: %s", mapped.reason_code)
+                self._drop_connection()
+            raise mapped from error
+
+    def _cursor(self) -> Any:
+        if self._connection is None:
+            self._connection = self._call(self._connect)
+        return self._connection.cursor()
+
+    def _connect(self) -> Any:
+        connection = pymysql.connect(**self._options)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SET time_zone = '+00:00', {REMOTE_APPLY_VARIABLE} = 1,"
+                " sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_ALL_TABLES')")
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            if self._lock_wait_timeout is not None:
+                cursor.execute("SET innodb_lock_wait_timeout = %s", (self._lock_wait_timeout,))
+        connection.commit()
+        return connection
+
+    def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        # close() sends COM_QUIT and ignores socket errors; it raises only when already closed.
+        if connection is not None and connection.open:
+            connection.close()
+
+    def _execute(self, statement: str, params: Sequence[object] | None = None) -> int:
+        cursor = self._cursor()
+        return self._call(lambda: int(cursor.execute(statement, params)))
+
+    def _query(self, statement: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        cursor = self._cursor()
+        return self._call(lambda: (cursor.execute(statement, params), list(cursor.fetchall()))[1])
+
+    # -- CompareAndSetApplier primitives ------------------------------------------------------
+
+    def _inspect(self, database: str, table: str) -> TableShape | TargetOutcome:
+        state = self._state(database, table)
+        if not state.exists:
+            return reject_template(RejectReason.UNKNOWN_TABLE, f"table {table} does not exist")
+        if not state.enabled:
+            return reject_template(RejectReason.TABLE_NOT_ENABLED,
+                             f"table {table} is not enabled for sync (tidesync target enable)")
+        return state.shape()
+
+    def _state(self, database: str, table: str) -> TableState:
+        cursor = self._cursor()
+        state = self._call(lambda: inspect_mysql_table(cursor, database, table))
+        self._rollback()  # end the read-only transaction the inspection opened
+        return state
+
+    def _begin(self) -> None:
+        """pymysql with autocommit off opens the transaction with the first statement."""
+
+    def _sql(self, write: PlannedWrite, now: dt.datetime) -> str:
+        """The compare-and-set statement of one write as SQL text with escaped literals.
+
+        Built here rather than by pymysql's mogrify: the metadata literals repeat across a
+        chunk and UUID text needs no escaping, which halves the client's work per event.
+        """
+        shape = write.shape
+        operation = write.operation
+        kind = Operation.INSERT if operation is Operation.SNAPSHOT else operation
+        key = (kind, shape.database, shape.table, write.columns)
+        template = self._statements.get(key)
+        if template is None:
+            template = self._statements[key] = _statement_text(write)
+        literal = self._literal
+        literals = [] if operation is Operation.DELETE else [
+            *map(literal, write.values), *self._metadata_literals(write, now)]
+        if kind is not Operation.INSERT:
+            assert write.event.base_revision is not None
+            literals += [*map(literal, write.key),
+                         self._revision_literal(shape, write.event.base_revision)]
+        return template % tuple(literals)
+
+    def _literal(self, value: Value) -> str:
+        kind = type(value)
+        if kind is int:
+            return str(value)
+        # Connection.escape honours the server's NO_BACKSLASH_ESCAPES mode.
+        return str(self._connection.escape(value if kind is str else mysql_param(value)))
+
+    def _revision_literal(self, shape: TableShape, revision: Revision) -> str:
+        if shape.revision_as_bytes:
+            return self._literal(revision.value)
+        # UUID text is hex digits and dashes: nothing to escape (and this is 5x uuid.UUID).
+        h = revision.value.hex()
+        return f"'{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}'"
+
+    def _metadata_literals(self, write: PlannedWrite, now: dt.datetime) -> tuple[str, ...]:
+        event = write.event
+        assert event.result_revision is not None
+        cached = self._literal_cache
+        origin = cached.get(event.origin_node_id)
+        if origin is None:
+            origin = cached[event.origin_node_id] = self._literal(event.origin_node_id)
+        moment = cached.get(now)
+        if moment is None:
+            moment = cached[now] = self._literal(now)
+        return (self._revision_literal(write.shape, event.result_revision), origin,
+                f"'{event.event_id}'", moment)
+
+    def _insert(self, write: PlannedWrite, now: dt.datetime) -> None:
+        self._execute(self._sql(write, now))
+
+    def _update(self, write: PlannedWrite, now: dt.datetime) -> int:
+        return self._execute(self._sql(write, now))
+
+    def _delete(self, write: PlannedWrite) -> int:
+        return self._execute(self._sql(write, self._clock()))
+
+    def _write_many(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> list[bool]:
+        """Send the statements of several writes in one round trip (multi-statement text).
+
+        The server runs them in order and stops at the first error, so the counts read before
+        it belong to the statements before it; after a duplicate key the rest go again.
+        """
+        cursor = self._cursor()
+        if len(self._literal_cache) > 1000:
+            self._literal_cache.clear()
+        touched: list[bool] = []
+        while len(touched) < len(writes):
+            text = ";\n".join(self._sql(write, now) for write in writes[len(touched):])
+            counts: list[int] = []
+            try:
+                self._call(functools.partial(_run_statements, cursor, text, counts))
+            except DuplicatePrimaryKey:
+                touched += [count == 1 for count in counts] + [False]
+                continue
+            except StatementRejected as failure:
+                failure.position = len(touched) + len(counts)
+                raise
+            touched += [count == 1 for count in counts]
+        return touched
+
+    def _read_row(self, shape: TableShape,
+                  key: tuple[Value, ...]) -> tuple[Mapping[str, Value] | None, Revision | None]:
+        statement_key = ("select", shape.database, shape.table)
+        statement = self._statements.get(statement_key)
+        if statement is None:
+            columns = ", ".join(_name(column) for column in shape.columns)
+            statement = self._statements[statement_key] = (
+                f"SELECT {columns} FROM {_table(shape)} WHERE {_key_match(shape)}")  # noqa: S608
+        rows = self._query(statement, [mysql_param(value) for value in key])
+        if not rows:
+            return None, None
+        row = {name: decode_mysql_value(raw, kind)
+               for (name, kind), raw in zip(shape.columns.items(), rows[0], strict=True)}
+        return row, parse_revision(rows[0][list(shape.columns).index(REVISION_COLUMN)])
+
+    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        found: set[uuid.UUID] = set()
+        ledger = f"{mysql_quote(database)}.{LEDGER_TABLE}"
+        for start in range(0, len(event_ids), _LOOKUP_BATCH):
+            batch = [str(event_id) for event_id in event_ids[start:start + _LOOKUP_BATCH]]
+            rows = self._query(f"SELECT event_id FROM {ledger} WHERE event_id IN"  # noqa: S608
+                               f" ({', '.join(['%s'] * len(batch))})", batch)
+            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
+        return found
+
+    def _insert_ledger(self, database: str, writes: Sequence[PlannedWrite],
+                       now: dt.datetime) -> None:
+        """One multi-row INSERT; the literals repeat per chunk except the event ids."""
+        self._cursor()  # connected, so literals can be escaped
+        applied_at = self._literal(now)
+        cached = self._literal_cache
+        rows = []
+        for write in writes:
+            origin, table = write.event.origin_node_id, write.shape.table
+            pair = cached.get((origin, table))
+            if pair is None:
+                pair = cached[(origin, table)] = f"{self._literal(origin)}, {self._literal(table)}"
+            rows.append(f"('{write.event.event_id}', {pair}, {applied_at})")
+        self._execute(f"INSERT INTO {mysql_quote(database)}.{LEDGER_TABLE} {_LEDGER_COLUMNS}"  # noqa: S608
+                      f" VALUES {', '.join(rows)}")
+
+    def _commit(self) -> None:
+        connection = self._connection
+        if connection is not None:
+            self._call(connection.commit, commit=True)
+
+    def _rollback(self) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            self._call(connection.rollback)
+        except TargetError:
+            log.debug("rollback failed; the connection was dropped, which rolls back too")
+
+    # -- the rest of TargetApplier ------------------------------------------------------------
+
+    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Looks in the ledger of every database on the server that has one."""
+        if not event_ids:
+            return set()
+        databases = [str(name) for (name,) in self._query(
+            "SELECT TABLE_SCHEMA FROM information_schema.TABLES WHERE TABLE_NAME = %s",
+            (LEDGER_TABLE,))]
+        found: set[uuid.UUID] = set()
+        for database in databases:
+            found |= self._ledger_holds(database, event_ids)
+        self._rollback()
+        return found
+
+    def current_row(
+        self, database: str, table: str, primary_key: Mapping[str, Value],
+    ) -> tuple[Mapping[str, Value] | None, Revision | None]:
+        target_database, target_table = self._route(database, table)
+        shape = self._shape(target_database, target_table)
+        if not isinstance(shape, TableShape):
+            state = self._state(target_database, target_table)
+            if not state.exists:
+                return None, None
+            shape = state.shape()
+        key = key_in_table_order(shape, primary_key)
+        found = self._read_row(shape, key)
+        self._rollback()
+        return found
+
+    def close(self) -> None:
+        self._drop_connection()
+
+
+def _run_statements(cursor: Any, text: str, counts: list[int]) -> None:
+    """Execute a multi-statement text, appending each statement's row count as it arrives."""
+    cursor.execute(text)
+    counts.append(cursor.rowcount)
+    while cursor.nextset():
+        counts.append(cursor.rowcount)
+
+
+def _statement_text(write: PlannedWrite) -> str:
+    shape = write.shape
+    if write.operation is Operation.UPDATE:
+        assignments = "".join(f"{_name(column)} = %s, " for column in write.columns)
+        return (f"UPDATE {_table(shape)} SET {assignments}{_METADATA_SET}"  # noqa: S608
+                f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = %s")
+    if write.operation is Operation.DELETE:
+        return (f"DELETE FROM {_table(shape)} WHERE {_key_match(shape)}"  # noqa: S608
+                f" AND {REVISION_COLUMN} = %s")
+    names = [*write.columns, REVISION_COLUMN, ORIGIN_COLUMN, EVENT_ID_COLUMN, UPDATED_AT_COLUMN]
+    return (f"INSERT INTO {_table(shape)} ({', '.join(_name(n) for n in names)})"  # noqa: S608
+            f" VALUES ({', '.join(['%s'] * len(names))})")
+
+
+def _name(column: str) -> str:
+    # pymysql formats statements with %, so a literal % in a name must be doubled.
+    return mysql_quote(column).replace("%", "%%")
+
+
+def _table(shape: TableShape) -> str:
+    return f"{_name(shape.database)}.{_name(shape.table)}"
+
+
+def _key_match(shape: TableShape) -> str:
+    return " AND ".join(f"{_name(column)} = %s" for column in shape.primary_key)
+
+
+def _revision_param(shape: TableShape, revision: Revision) -> object:
+    return revision.value if shape.revision_as_bytes else revision.text
