@@ -5,12 +5,19 @@ Event store settings become the `eventsourcing` library's environment for each a
 
 from __future__ import annotations
 
+import datetime as dt
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment
 
 from tidesync.config import Config, EventStoreConfig, EventStoreKind
+
+if TYPE_CHECKING:
+    from tidesync.ingress.routes import Ingress
 
 
 def event_store_env(store: EventStoreConfig) -> dict[str, str]:
@@ -68,3 +75,46 @@ def postgres_conninfo(store: EventStoreConfig) -> str:
 
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def build_ingress(
+    config: Config, *, clock: Callable[[], dt.datetime] | None = None,
+    monotonic: Callable[[], float] = time.monotonic, sync_conninfo: str | None = None,
+) -> Ingress:
+    """The /sync/v1 API on the configured stores: nodes in the event store, the sync tables
+    (inbox, request ids, receipts, heartbeats) in its PostgreSQL database.
+
+    The sync tables need PostgreSQL; on the SQLite event store the endpoints answer 503.
+    `sync_conninfo` points the sync tables elsewhere (tests).
+    """
+    from tidesync.ingress.auth import IdentitySource
+    from tidesync.ingress.database import open_pool
+    from tidesync.ingress.limits import Limits, RequestLimiter
+    from tidesync.ingress.master_key import SecretBox, load_master_key
+    from tidesync.ingress.nodes import NodeDirectory, NodesApplication
+    from tidesync.ingress.routes import Ingress, IngressSettings, SyncTables
+
+    shore = config.shore
+    env = event_store_env(config.event_store)
+    directory = NodeDirectory(
+        lambda: NodesApplication(env=env), lambda: SecretBox(load_master_key(shore)),
+        monotonic=monotonic,
+    )
+    limiter = RequestLimiter(Limits(
+        shore.node_requests_per_second, shore.node_request_burst,
+        shore.node_max_concurrent_requests, shore.max_in_flight_requests,
+    ), monotonic)
+    if sync_conninfo is None and config.event_store.kind is EventStoreKind.POSTGRES:
+        sync_conninfo = postgres_conninfo(config.event_store)
+    tables = None if sync_conninfo is None else SyncTables.on(open_pool(
+        sync_conninfo, shore.database_pool_size, shore.database_timeout_seconds,
+    ))
+    return Ingress(
+        IngressSettings.of(shore), directory, limiter,
+        IdentitySource.of(shore.client_identity_header, shore.trusted_proxies), tables,
+        clock or _utc_now,
+    )
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)

@@ -1,4 +1,4 @@
-"""Subcommands of `tidesync` for this component.
+"""`tidesync nodes …`: register, rotate, revoke and list ship nodes (§17.1).
 
 `register_commands` is called by `tidesync.cli` while it builds the parser.
 """
@@ -6,11 +6,171 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import getpass
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from tidesync.config import Config, load_config
+
 if TYPE_CHECKING:
+    from tidesync.ingress.nodes import Actor, NodeService, NodeSummary
+
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def register_commands(commands: Commands) -> None:
-    """Add this component's subcommands (none yet)."""
+    """Add `nodes register|rotate|revoke|list`."""
+    nodes = commands.add_parser("nodes", help="register, rotate, revoke and list ship nodes")
+    node_commands = nodes.add_subparsers(dest="nodes_command", metavar="SUBCOMMAND")
+    node_commands.required = True
+
+    register = node_commands.add_parser(
+        "register", help="register a node and print its signing secret (shown once)")
+    register.add_argument("node_id", metavar="NAME",
+                          help="the node id: 1-63 of a-z, 0-9 and '-', starting alphanumeric")
+    _add_actor(register, default_reason="register node")
+    register.set_defaults(handler=_run_register)
+
+    rotate = node_commands.add_parser(
+        "rotate", help="issue a new signing secret; the old one stays valid for the overlap")
+    rotate.add_argument("node_id", metavar="NODE")
+    rotate.add_argument("--overlap-hours", type=float, default=24.0,
+                        help="hours the previous secret stays valid (default: %(default)s)")
+    _add_actor(rotate, default_reason="rotate credential")
+    rotate.set_defaults(handler=_run_rotate)
+
+    revoke = node_commands.add_parser(
+        "revoke", help="refuse the node's requests from now on (its received data stays)")
+    revoke.add_argument("node_id", metavar="NODE")
+    _add_actor(revoke, default_reason=None)
+    revoke.set_defaults(handler=_run_revoke)
+
+    listing = node_commands.add_parser("list", help="list registered nodes")
+    listing.add_argument("--json", action="store_true", help="print JSON lines")
+    listing.set_defaults(handler=_run_list)
+
+
+def _add_actor(parser: argparse.ArgumentParser, default_reason: str | None) -> None:
+    parser.add_argument("--actor", default=None,
+                        help="who does this, for the audit trail (default: the OS user)")
+    if default_reason is None:
+        parser.add_argument("--reason", required=True, help="why, for the audit trail")
+    else:
+        parser.add_argument("--reason", default=default_reason,
+                            help="why, for the audit trail (default: %(default)s)")
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+def _run_register(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        issued = service.register(args.node_id, _actor(args), now)
+        print(f"node: {issued.node_id}")
+        print(f"secret: {issued.text}")
+        print("The secret is shown only now: put it into the ship's configuration.",
+              file=sys.stderr)
+
+    return _with_service(args, run, needs_key=True)
+
+
+def _run_rotate(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        if args.overlap_hours < 0:
+            raise ValueError("--overlap-hours cannot be negative")
+        overlap = dt.timedelta(hours=args.overlap_hours)
+        issued = service.rotate(args.node_id, overlap, _actor(args), now)
+        print(f"node: {issued.node_id}")
+        print(f"secret: {issued.text}")
+        print(f"previous secrets stay valid until {(now + overlap).isoformat()}",
+              file=sys.stderr)
+
+    return _with_service(args, run, needs_key=True)
+
+
+def _run_revoke(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        service.revoke(args.node_id, _actor(args), now)
+        print(f"node {args.node_id} revoked; its received events are kept")
+
+    return _with_service(args, run, needs_key=False)
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        summaries = service.list(now)
+        if args.json:
+            for summary in summaries:
+                print(json.dumps(_summary_json(summary)))
+            return
+        print(f"{'NODE':<24} {'STATUS':<8} {'REGISTERED':<32} {'KEYS':>4}  OVERLAP ENDS / REVOKED")
+        for s in summaries:
+            note = (f"revoked {s.revoked_at.isoformat()} ({s.revoke_reason})" if s.revoked_at
+                    else s.credentials_expiring.isoformat() if s.credentials_expiring else "")
+            print(f"{s.node_id:<24} {s.status.value:<8} {s.registered_at.isoformat():<32} "
+                  f"{s.valid_credentials:>4}  {note}")
+
+    return _with_service(args, run, needs_key=False)
+
+
+def _summary_json(summary: NodeSummary) -> dict[str, object]:
+    def text(moment: dt.datetime | None) -> str | None:
+        return None if moment is None else moment.isoformat()
+
+    return {
+        "node_id": summary.node_id, "status": summary.status.value,
+        "registered_at": text(summary.registered_at),
+        "valid_credentials": summary.valid_credentials,
+        "credentials_expiring": text(summary.credentials_expiring),
+        "revoked_at": text(summary.revoked_at), "revoke_reason": summary.revoke_reason,
+    }
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def _actor(args: argparse.Namespace) -> Actor:
+    from tidesync.ingress.nodes import Actor
+
+    return Actor(args.actor or getpass.getuser(), args.reason, uuid.uuid4().hex)
+
+
+def _with_service(args: argparse.Namespace,
+                  run: Callable[[NodeService, dt.datetime], None], needs_key: bool) -> int:
+    """Run a node command; expected failures print one line and exit 1."""
+    from eventsourcing.persistence import PersistenceError
+
+    from tidesync.domain.node import NodeError
+    from tidesync.ingress.master_key import MasterKeyError
+
+    config = load_config(args.config)
+    try:
+        with _service(config, needs_key) as service:
+            run(service, dt.datetime.now(dt.UTC))
+    except (NodeError, MasterKeyError, ValueError) as error:
+        print(f"tidesync nodes: {error}", file=sys.stderr)
+        return 1
+    except PersistenceError as error:
+        print(f"tidesync nodes: event store unavailable ({type(error).__name__})",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+@contextmanager
+def _service(config: Config, needs_key: bool) -> Iterator[NodeService]:
+    from tidesync.bootstrap import event_store_env
+    from tidesync.ingress.master_key import SecretBox, load_master_key
+    from tidesync.ingress.nodes import NodesApplication, NodeService
+
+    box = SecretBox(load_master_key(config.shore, create=True)) if needs_key else None
+    app = NodesApplication(env=event_store_env(config.event_store))
+    try:
+        yield NodeService(app, box)
+    finally:
+        app.close()

@@ -6,8 +6,11 @@ The sync API and the console mount onto this app; `/healthz` reports event store
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -17,13 +20,26 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import tidesync
-from tidesync.bootstrap import check_event_store, describe_event_store
+from tidesync.bootstrap import build_ingress, check_event_store, describe_event_store
 from tidesync.config import Config
+from tidesync.ingress.routes import Ingress
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config, ingress: Ingress | None = None) -> Starlette:
+    """The shore app: `/healthz`, `/version` and the sync API `/sync/v1/*` (built from the
+    config unless `ingress` is given)."""
+    sync_api = ingress if ingress is not None else build_ingress(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(sync_api.start)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(sync_api.close)
+
     async def healthz(request: Request) -> JSONResponse:
         try:
             position = await run_in_threadpool(check_event_store, config)
@@ -41,14 +57,22 @@ def create_app(config: Config) -> Starlette:
     return Starlette(routes=[
         Route("/healthz", healthz, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
-    ])
+        *sync_api.routes(),
+    ], lifespan=lifespan)
 
 
 def build_server(config: Config) -> uvicorn.Server:
     """A uvicorn server for the app; `server.servers[0].sockets` tell the bound port once up."""
+    return build_server_for(create_app(config), config.shore.listen_host,
+                            config.shore.listen_port)
+
+
+def build_server_for(app: Starlette, host: str, port: int) -> uvicorn.Server:
+    # proxy_headers off: scope["client"] must stay the peer address, which is what the
+    # trusted-proxy check of client identities relies on.
     uv_config = uvicorn.Config(
-        create_app(config), host=config.shore.listen_host, port=config.shore.listen_port,
-        log_level="warning", access_log=False, lifespan="on",
+        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
+        proxy_headers=False,
     )
     return uvicorn.Server(uv_config)
 
@@ -83,3 +107,52 @@ async def serve(config: Config, on_ready: Callable[[str], None],
 
 class ServerStartError(RuntimeError):
     """The server could not start listening."""
+
+
+class BackgroundServer:
+    """Runs an app on uvicorn in a daemon thread (tests, benchmarks): `with BackgroundServer(app)
+    as server:` waits until it listens; `server.url` is its address; leaving stops it."""
+
+    def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0,
+                 startup_timeout: float = 30.0) -> None:
+        self.server = build_server_for(app, host, port)
+        self.startup_timeout = startup_timeout
+        self._thread = threading.Thread(target=self.server.run, name="shore-server", daemon=True)
+        self.url = ""
+
+    def start(self) -> BackgroundServer:
+        self._thread.start()
+        waited = 0.0
+        while not self.server.started:
+            if not self._thread.is_alive() or waited > self.startup_timeout:
+                raise ServerStartError("the shore server did not start")
+            self._thread.join(0.02)
+            waited += 0.02
+        self.url = bound_url(self.server)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+def serve_and_report(config: Config, duration: float | None) -> int:
+    """Serve until stopped (or `duration`), printing where the shore listens once it does."""
+
+    def ready(url: str) -> None:
+        print(f"tidesync shore listening on {url}", flush=True)
+        print(f"  event store: {describe(config)}", flush=True)
+        print(f"  health:      {url}/healthz", flush=True)
+        if duration is None:
+            print("  press Ctrl-C to stop", flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, ready, duration))
+    return 0

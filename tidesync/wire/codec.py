@@ -594,12 +594,21 @@ class DecodedBatch:
         return [item for item in self.items if isinstance(item, RejectedEvent)]
 
 
-def decode_batch(body: bytes, max_compressed: int, max_decompressed: int) -> DecodedBatch:
-    """Decompress (hard caps), verify the trailer checksum and version, decode each event."""
+def open_batch(
+    body: bytes, max_compressed: int, max_decompressed: int,
+) -> tuple[bytes, pb.UploadBatch]:
+    """Decompress (hard caps), parse, check the version and verify the trailer checksum, but
+    decode no event: the receiver's fast path. Returns the verified bytes and the message."""
     raw = decompress_bytes(body, max_compressed, max_decompressed)
     batch = parse_message(raw, pb.UploadBatch)
     check_protocol_version(batch.protocol_version)
     _verify_trailer(raw, batch)
+    return raw, batch
+
+
+def decode_batch(body: bytes, max_compressed: int, max_decompressed: int) -> DecodedBatch:
+    """Decompress (hard caps), verify the trailer checksum and version, decode each event."""
+    _, batch = open_batch(body, max_compressed, max_decompressed)
     names = NameTable(batch.strings)
     return DecodedBatch(
         protocol_version=batch.protocol_version,

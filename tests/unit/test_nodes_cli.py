@@ -1,0 +1,69 @@
+"""`tidesync nodes …` on the embedded default (SQLite event store, key file beside it)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from tidesync.cli import main
+from tidesync.ingress.nodes import secret_from_text
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    for name in ("TIDESYNC_CONFIG", "TIDESYNC_SHORE__MASTER_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_register_shows_the_secret_once_and_keeps_it_sealed(
+    workdir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "nodes", "register", "ship-0042", "--actor", "alice")
+    assert code == 0
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    assert lines["node"] == "ship-0042"
+    secret = lines["secret"]
+    assert len(secret_from_text(secret)) == 32
+    assert "shown only now" in err
+    key_file = workdir / "tidesync-data" / "master.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    store = (workdir / "tidesync-data" / "shore-events.sqlite").read_bytes()
+    assert secret.encode() not in store
+    code, out, _ = run(capsys, "nodes", "list", "--json")
+    assert code == 0 and secret not in out
+
+
+def test_node_commands_and_their_errors(workdir: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "nodes", "register", "ship-1")[0] == 0
+    code, _, err = run(capsys, "nodes", "register", "ship-1")
+    assert code == 1 and "ship-1 is already registered" in err
+    code, _, err = run(capsys, "nodes", "register", "Ship_1")
+    assert code == 1 and "must match" in err
+    code, out, _ = run(capsys, "nodes", "rotate", "ship-1", "--overlap-hours", "2")
+    assert code == 0 and "secret: " in out
+    with pytest.raises(SystemExit):
+        main(["nodes", "revoke", "ship-1"])  # --reason is required
+    capsys.readouterr()
+    assert run(capsys, "nodes", "revoke", "ship-1", "--reason", "sold")[0] == 0
+    code, _, err = run(capsys, "nodes", "rotate", "ship-1")
+    assert code == 1 and "revoked" in err
+    code, _, err = run(capsys, "nodes", "revoke", "ship-9", "--reason", "x")
+    assert code == 1 and "not registered" in err
+    code, out, _ = run(capsys, "nodes", "list", "--json")
+    (listed,) = [json.loads(line) for line in out.splitlines()]
+    assert listed["node_id"] == "ship-1" and listed["status"] == "REVOKED"
+    assert listed["revoke_reason"] == "sold"
+    code, out, _ = run(capsys, "nodes", "list")
+    assert code == 0 and "ship-1" in out and "REVOKED" in out

@@ -1,0 +1,139 @@
+"""The Node aggregate (§17.1): a ship's identity, its signing credentials and its status.
+
+Credentials hold only sealed (encrypted) secrets; sealing, randomness and the clock stay outside.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import re
+import uuid
+from dataclasses import dataclass
+
+from eventsourcing.domain import Aggregate, event
+
+NODE_NAMESPACE = uuid.UUID("6a4e2f10-3b7c-5d9e-8f21-4c6b8a0d2e57")
+NODE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+class NodeStatus(enum.StrEnum):
+    ACTIVE = "ACTIVE"
+    REVOKED = "REVOKED"
+
+
+class NodeError(Exception):
+    """A node command that the node's state does not allow."""
+
+
+class InvalidNodeId(NodeError, ValueError):
+    pass
+
+
+class NodeRevoked(NodeError):
+    pass
+
+
+def check_node_id(node_id: str) -> str:
+    """The node id if it is 1-63 characters of `a-z`, `0-9` and `-`, starting alphanumeric."""
+    if NODE_ID_PATTERN.fullmatch(node_id) is None:
+        raise InvalidNodeId(
+            f"node id {node_id!r} must match [a-z0-9][a-z0-9-]{{0,62}}"
+        )
+    return node_id
+
+
+def node_uuid(node_id: str) -> uuid.UUID:
+    """The aggregate id of a node: registering the same node id twice collides on it."""
+    return uuid.uuid5(NODE_NAMESPACE, check_node_id(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """One issued signing secret, sealed; valid from `issued_at` until `valid_until` (None:
+    until replaced)."""
+
+    number: int
+    sealed_secret: str
+    issued_at: dt.datetime
+    valid_until: dt.datetime | None = None
+
+    def is_valid_at(self, now: dt.datetime) -> bool:
+        return self.valid_until is None or now < self.valid_until
+
+
+class Node(Aggregate):
+    """A registered node. Every event records who did it, why, and when (the caller's clock)."""
+
+    @staticmethod
+    def create_id(node_id: str) -> uuid.UUID:
+        return node_uuid(node_id)
+
+    @event("Registered")
+    def __init__(
+        self, node_id: str, sealed_secret: str, at: dt.datetime, actor: str, reason: str,
+        trace_id: str = "",
+    ) -> None:
+        self.node_id = check_node_id(node_id)
+        self.status = NodeStatus.ACTIVE
+        self.credentials: list[Credential] = [Credential(1, sealed_secret, at)]
+        self.registered_at = at
+        self.registered_by = actor
+        self.revoked_at: dt.datetime | None = None
+        self.revoke_reason = ""
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.status is NodeStatus.REVOKED
+
+    @property
+    def next_credential_number(self) -> int:
+        """The number the next rotation gives its credential (sealing binds it)."""
+        return self.credentials[-1].number + 1
+
+    def valid_credentials(self, now: dt.datetime) -> list[Credential]:
+        """Credentials a request signed at `now` may use: the current one, plus rotated ones
+        still inside their overlap."""
+        if self.is_revoked:
+            return []
+        return [credential for credential in self.credentials if credential.is_valid_at(now)]
+
+    def rotate(
+        self, sealed_secret: str, at: dt.datetime, overlap: dt.timedelta, actor: str, reason: str,
+        trace_id: str = "",
+    ) -> None:
+        """Issue a new credential; the ones still valid stay valid for `overlap` more."""
+        if self.is_revoked:
+            raise NodeRevoked(f"node {self.node_id} is revoked")
+        if overlap < dt.timedelta(0):
+            raise NodeError("the overlap cannot be negative")
+        self._credential_rotated(sealed_secret, at, at + overlap, actor, reason, trace_id)
+
+    @event("CredentialRotated")
+    def _credential_rotated(
+        self, sealed_secret: str, at: dt.datetime, old_valid_until: dt.datetime, actor: str,
+        reason: str, trace_id: str,
+    ) -> None:
+        # Credentials that already expired are dropped; the events keep their history.
+        kept = [
+            credential if credential.valid_until is not None and
+            credential.valid_until <= old_valid_until
+            else Credential(credential.number, credential.sealed_secret, credential.issued_at,
+                            old_valid_until)
+            for credential in self.credentials if credential.is_valid_at(at)
+        ]
+        self.credentials = [*kept, Credential(self.next_credential_number, sealed_secret, at)]
+
+    def revoke(self, at: dt.datetime, actor: str, reason: str, trace_id: str = "") -> None:
+        """Refuse the node's requests from now on; what it already sent stays."""
+        if self.is_revoked:
+            raise NodeRevoked(f"node {self.node_id} is already revoked")
+        if not reason.strip():
+            raise NodeError("revoking a node needs a reason")
+        self._revoked(at, actor, reason, trace_id)
+
+    @event("Revoked")
+    def _revoked(self, at: dt.datetime, actor: str, reason: str, trace_id: str) -> None:
+        self.status = NodeStatus.REVOKED
+        self.revoked_at = at
+        self.revoke_reason = reason

@@ -1,0 +1,235 @@
+"""Request signing for /sync/v1: the client's `sign_request` and the shore's checks of it.
+
+HMAC-SHA256 over method, path with query, node, timestamp, request id and the body's SHA-256;
+a timestamp window plus a persisted request-id cache stop replays.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import hmac
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tidesync.domain.node import NodeStatus
+from tidesync.ingress.nodes import NodeCredentials
+
+NODE_HEADER = "Tidesync-Node"
+TIMESTAMP_HEADER = "Tidesync-Timestamp"
+REQUEST_ID_HEADER = "Tidesync-Request-Id"
+CONTENT_SHA256_HEADER = "Tidesync-Content-SHA256"
+SIGNATURE_HEADER = "Tidesync-Signature"
+SIGNED_HEADERS = (NODE_HEADER, TIMESTAMP_HEADER, REQUEST_ID_HEADER, CONTENT_SHA256_HEADER,
+                  SIGNATURE_HEADER)
+
+SCHEME = "TIDESYNC-HMAC-SHA256"
+DEFAULT_WINDOW = dt.timedelta(minutes=5)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class AuthReason(enum.StrEnum):
+    AUTH_MISSING = "AUTH_MISSING"
+    AUTH_MALFORMED = "AUTH_MALFORMED"
+    AUTH_BAD_SIGNATURE = "AUTH_BAD_SIGNATURE"
+    AUTH_BAD_DIGEST = "AUTH_BAD_DIGEST"
+    AUTH_EXPIRED_TIMESTAMP = "AUTH_EXPIRED_TIMESTAMP"
+    AUTH_REPLAYED = "AUTH_REPLAYED"
+    AUTH_IDENTITY_MISMATCH = "AUTH_IDENTITY_MISMATCH"
+    NODE_UNKNOWN = "NODE_UNKNOWN"
+    NODE_REVOKED = "NODE_REVOKED"
+
+
+class AuthError(Exception):
+    """A request that is not (or no longer) authentic; answered 401 with `reason`."""
+
+    def __init__(self, reason: AuthReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# ----------------------------------------------------------------------------- signing
+
+
+def canonical_request(method: str, path_with_query: str, node_id: str, timestamp: str,
+                      request_id: str, content_sha256: str) -> bytes:
+    """The exact bytes both sides sign: one field per line."""
+    return "\n".join((SCHEME, method.upper(), path_with_query, node_id, timestamp, request_id,
+                      content_sha256)).encode("utf-8")
+
+
+def signature(secret: bytes, canonical: bytes) -> str:
+    return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
+
+
+def sign_request(node_id: str, secret: bytes, method: str, path_with_query: str, body: bytes,
+                 now: dt.datetime, request_id: str) -> dict[str, str]:
+    """The headers that authenticate one request; send them with exactly this path and body.
+
+    `path_with_query` is the request target as sent (e.g. "/sync/v1/receipts?cursor=7"),
+    without a trailing "?". `request_id` must be new for every request (a UUID is fine).
+    """
+    if _REQUEST_ID.fullmatch(request_id) is None:
+        raise ValueError("request_id must be 8-128 characters of [A-Za-z0-9._:-]")
+    timestamp = str(int((now - _EPOCH).total_seconds()))
+    digest = hashlib.sha256(body).hexdigest()
+    canonical = canonical_request(method, path_with_query, node_id, timestamp, request_id,
+                                  digest)
+    return {
+        NODE_HEADER: node_id,
+        TIMESTAMP_HEADER: timestamp,
+        REQUEST_ID_HEADER: request_id,
+        CONTENT_SHA256_HEADER: digest,
+        SIGNATURE_HEADER: signature(secret, canonical),
+    }
+
+
+# ----------------------------------------------------------------------------- verifying
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """The authentication headers of a request, syntactically checked."""
+
+    node_id: str
+    timestamp: str
+    request_id: str
+    content_sha256: str
+    signature: str
+
+    @property
+    def signed_at(self) -> dt.datetime:
+        return _EPOCH + dt.timedelta(seconds=int(self.timestamp))
+
+
+def signed_request(headers: Mapping[str, str]) -> SignedRequest:
+    """The request's authentication headers; AUTH_MISSING / AUTH_MALFORMED if unusable."""
+    values = [headers.get(name, "") for name in SIGNED_HEADERS]
+    missing = [name for name, value in zip(SIGNED_HEADERS, values, strict=True) if not value]
+    if missing:
+        raise AuthError(AuthReason.AUTH_MISSING, f"missing {', '.join(missing)}")
+    request = SignedRequest(*values)
+    if _TIMESTAMP.fullmatch(request.timestamp) is None:
+        raise AuthError(AuthReason.AUTH_MALFORMED, f"{TIMESTAMP_HEADER} is not unix seconds")
+    if _REQUEST_ID.fullmatch(request.request_id) is None:
+        raise AuthError(AuthReason.AUTH_MALFORMED, f"{REQUEST_ID_HEADER} is malformed")
+    for name, value in ((CONTENT_SHA256_HEADER, request.content_sha256),
+                        (SIGNATURE_HEADER, request.signature)):
+        if _HEX_DIGEST.fullmatch(value) is None:
+            raise AuthError(AuthReason.AUTH_MALFORMED, f"{name} is not 64 lower-case hex digits")
+    return request
+
+
+def check_timestamp(request: SignedRequest, now: dt.datetime,
+                    window: dt.timedelta = DEFAULT_WINDOW) -> None:
+    if abs(request.signed_at - now) > window:
+        raise AuthError(AuthReason.AUTH_EXPIRED_TIMESTAMP,
+                        f"timestamp is more than {int(window.total_seconds())} s from server time")
+
+
+def check_signature(request: SignedRequest, method: str, path_with_query: str,
+                    credentials: NodeCredentials, now: dt.datetime) -> None:
+    """The node is known and active and one of its valid secrets made the signature."""
+    if credentials.status is None:
+        raise AuthError(AuthReason.NODE_UNKNOWN, "unknown node")
+    if credentials.status is NodeStatus.REVOKED:
+        raise AuthError(AuthReason.NODE_REVOKED, "node is revoked")
+    canonical = canonical_request(method, path_with_query, request.node_id, request.timestamp,
+                                  request.request_id, request.content_sha256)
+    # Every valid secret is tried, so timing does not tell which one matched.
+    matched = False
+    for secret in credentials.secrets_at(now):
+        matched |= hmac.compare_digest(signature(secret, canonical), request.signature)
+    if not matched:
+        raise AuthError(AuthReason.AUTH_BAD_SIGNATURE, "signature does not match")
+
+
+def check_body(request: SignedRequest, body: bytes) -> None:
+    """The body is the one the signature covers."""
+    if not hmac.compare_digest(hashlib.sha256(body).hexdigest(), request.content_sha256):
+        raise AuthError(AuthReason.AUTH_BAD_DIGEST, "body does not match its signed digest")
+
+
+class NonceStore(Protocol):
+    def remember(self, node_id: str, request_id: str, expires_at: dt.datetime,
+                 now: dt.datetime) -> bool:
+        """Record a request id; False if it was already recorded and has not expired."""
+        ...
+
+
+def check_not_replayed(request: SignedRequest, nonces: NonceStore, now: dt.datetime,
+                       window: dt.timedelta = DEFAULT_WINDOW) -> None:
+    """Record the request id (blocking); a second use inside the window is a replay."""
+    # A request cannot pass the timestamp check after signed_at + window: forget it then.
+    if not nonces.remember(request.node_id, request.request_id, request.signed_at + window, now):
+        raise AuthError(AuthReason.AUTH_REPLAYED, "request id was already used")
+
+
+# ----------------------------------------------------------------------------- client identity
+
+
+@dataclass(frozen=True)
+class IdentitySource:
+    """Where a verified client-certificate identity may come from.
+
+    uvicorn verifies client certificates (`--ssl-cert-reqs 2 --ssl-ca-certs …`) but does not
+    put the certificate into the ASGI scope, so behind uvicorn the identity comes from a
+    TLS-terminating proxy header, believed only from `trusted_proxies`. Servers implementing
+    the ASGI TLS extension (hypercorn) give `client_cert_name`, which is used directly.
+    """
+
+    header: str = ""
+    trusted_proxies: frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address] = frozenset()
+
+    @classmethod
+    def of(cls, header: str, trusted_proxies: str) -> IdentitySource:
+        addresses = (part.strip() for part in trusted_proxies.split(","))
+        return cls(header.lower(), frozenset(ipaddress.ip_address(a) for a in addresses if a))
+
+    def identity(self, scope: Mapping[str, Any]) -> str | None:
+        """The certificate identity (its CN) the connection proved, or None."""
+        tls = (scope.get("extensions") or {}).get("tls") or {}
+        name = tls.get("client_cert_name")
+        if name and tls.get("client_cert_error") is None:
+            return common_name(str(name))
+        if self.header and self._from_trusted_proxy(scope):
+            for key, value in scope.get("headers", ()):
+                if key.decode("latin-1").lower() == self.header:
+                    return common_name(value.decode("latin-1"))
+        return None
+
+    def _from_trusted_proxy(self, scope: Mapping[str, Any]) -> bool:
+        client = scope.get("client")
+        if not client:
+            return False
+        try:
+            return ipaddress.ip_address(client[0]) in self.trusted_proxies
+        except ValueError:
+            return False
+
+
+def common_name(distinguished_name: str) -> str:
+    """The CN of an RFC 4514 name ("CN=ship-7,O=Fleet"), or the text itself if it has none."""
+    for part in _rdn_parts(distinguished_name):
+        key, sep, value = part.partition("=")
+        if sep and key.strip().upper() == "CN":
+            return value.strip()
+    return distinguished_name.strip()
+
+
+def _rdn_parts(name: str) -> Iterable[str]:
+    return re.split(r"(?<!\\)[,/]", name)
+
+
+def check_identity(request: SignedRequest, identity: str | None) -> None:
+    """A certificate identity, when the connection has one, must name the signing node."""
+    if identity is not None and identity != request.node_id:
+        raise AuthError(AuthReason.AUTH_IDENTITY_MISMATCH,
+                        "client certificate belongs to another node")

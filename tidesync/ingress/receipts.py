@@ -1,0 +1,80 @@
+"""GET /sync/v1/receipts: a node's terminal event results, paged by a stable cursor.
+
+The cursor is the last `receipt.seq` a page returned; clients treat it as opaque text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from psycopg_pool import ConnectionPool
+
+from tidesync.ingress.database import Connection, transaction
+from tidesync.wire import sync_pb2 as pb
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 500
+_CURSOR = re.compile(r"0|[1-9][0-9]{0,18}")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_PAGE = (
+    "SELECT seq, event_id, result, reason_code, conflict_id, result_revision, decided_at,"
+    " source_topic, source_partition, source_position FROM receipt"
+    " WHERE origin_node_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+
+
+class BadPageRequest(ValueError):
+    """A cursor or limit the server cannot use."""
+
+
+def page_request(cursor: str, limit: str) -> tuple[int, int]:
+    """(last seq seen, page size) from the query parameters; limits above MAX_PAGE are capped."""
+    if cursor and (_CURSOR.fullmatch(cursor) is None or int(cursor) >= 1 << 63):
+        raise BadPageRequest("cursor is not one this server issued")
+    if limit and (not limit.isdigit() or int(limit) < 1 or len(limit) > 9):
+        raise BadPageRequest("limit must be a positive integer")
+    return int(cursor or 0), min(int(limit or DEFAULT_PAGE), MAX_PAGE)
+
+
+class PostgresReceiptsView:
+    """Reads the `receipt` table (written by the receipts projection)."""
+
+    def __init__(self, pool: ConnectionPool[Connection]) -> None:
+        self.pool = pool
+
+    def page(self, node_id: str, after_seq: int, limit: int) -> pb.ReceiptsPage:
+        """Up to `limit` results of the node after `after_seq`, oldest first."""
+        with transaction(self.pool) as conn:
+            return self._page(conn, node_id, after_seq, limit)
+
+    def _page(self, conn: Connection, node_id: str, after_seq: int,
+              limit: int) -> pb.ReceiptsPage:
+        rows = conn.execute(_PAGE, (node_id, after_seq, limit + 1)).fetchall()
+        page = pb.ReceiptsPage(has_more=len(rows) > limit)
+        rows = rows[:limit]
+        for (_, event_id, result, reason, conflict_id, revision, decided_at, topic, partition,
+             position) in rows:
+            item = page.results.add(
+                event_id=event_id.bytes,
+                result=result_code(result) or pb.EVENT_RESULT_CODE_UNSPECIFIED,
+                reason_code=reason or "", source_topic=topic, source_partition=partition,
+                source_position=position,
+                decided_at_micros=(decided_at - _EPOCH) // dt.timedelta(microseconds=1),
+            )
+            if conflict_id is not None:
+                item.conflict_id = conflict_id.bytes
+            if revision is not None:
+                item.result_revision = revision
+        page.next_cursor = str(rows[-1][0] if rows else after_seq)
+        return page
+
+
+_RESULT_CODES: dict[str, pb.EventResultCode] = {
+    name: getattr(pb, name) for name in pb.EventResultCode.keys()  # noqa: SIM118 - not a dict
+}
+
+
+def result_code(result: str | None) -> pb.EventResultCode | None:
+    """The wire code of a stored result text (None for no or an unknown result)."""
+    return _RESULT_CODES.get(result) if result else None

@@ -1,0 +1,367 @@
+"""The /sync/v1 endpoints. Every request passes the same gate: global in-flight cap, signature,
+client identity, per-node rate and concurrency, bounded body read, body digest, replay check.
+
+Blocking work (PostgreSQL, the event store, decompression) runs in the thread pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from google.protobuf.message import Message
+from psycopg_pool import ConnectionPool
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tidesync.config import ShoreConfig
+from tidesync.ingress.auth import (
+    AuthError,
+    AuthReason,
+    IdentitySource,
+    SignedRequest,
+    check_body,
+    check_identity,
+    check_not_replayed,
+    check_signature,
+    check_timestamp,
+    signed_request,
+)
+from tidesync.ingress.database import Connection, StoreUnavailable, transaction
+from tidesync.ingress.heartbeats import BadHeartbeat, PostgresHeartbeats
+from tidesync.ingress.inbox import PostgresInbox
+from tidesync.ingress.limits import LimitExceeded, RequestLimiter
+from tidesync.ingress.master_key import MasterKeyError
+from tidesync.ingress.nodes import NodeCredentials, NodeDirectory, NodeStoreUnavailable
+from tidesync.ingress.nonces import PostgresNonceStore
+from tidesync.ingress.receipts import BadPageRequest, PostgresReceiptsView, page_request
+from tidesync.migrations import MigrationError, migrate_postgres
+from tidesync.wire import codec
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.codec import (
+    PROTOCOL_VERSION_HEADER,
+    PayloadTooLarge,
+    UnsupportedProtocol,
+    WireError,
+    WireReason,
+)
+
+log = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+HEARTBEAT_MAX_BYTES = 1 << 20
+STORE_RETRY_AFTER = 5
+_FRESH_AFTER_FAILURE = 1.0
+"""A failed signature re-reads the node if its cached credentials are older than this (s)."""
+
+Clock = Callable[[], dt.datetime]
+
+
+class IngressReason(enum.StrEnum):
+    NODE_MISMATCH = "NODE_MISMATCH"
+    TOO_MANY_EVENTS = "TOO_MANY_EVENTS"
+    BAD_CURSOR = "BAD_CURSOR"
+    BAD_HEARTBEAT = "BAD_HEARTBEAT"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    KEYS_UNAVAILABLE = "KEYS_UNAVAILABLE"
+    SYNC_STORE_NOT_CONFIGURED = "SYNC_STORE_NOT_CONFIGURED"
+
+
+class IngressError(Exception):
+    """A request refused with an HTTP status and a stable reason code."""
+
+    def __init__(self, status: int, reason: str, message: str,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.retry_after = status, reason, retry_after
+
+
+@dataclass(frozen=True)
+class IngressSettings:
+    max_compressed_bytes: int
+    max_decompressed_bytes: int
+    max_events_per_batch: int
+    window: dt.timedelta
+    heartbeat_interval_seconds: int
+
+    @classmethod
+    def of(cls, shore: ShoreConfig) -> IngressSettings:
+        return cls(shore.max_compressed_bytes, shore.max_decompressed_bytes,
+                   shore.max_events_per_batch, dt.timedelta(seconds=shore.request_window_seconds),
+                   shore.heartbeat_interval_seconds)
+
+
+@dataclass
+class SyncTables:
+    """The PostgreSQL side of the sync API, sharing one pool."""
+
+    pool: ConnectionPool[Connection]
+    nonces: PostgresNonceStore
+    inbox: PostgresInbox
+    receipts: PostgresReceiptsView
+    heartbeats: PostgresHeartbeats
+
+    @classmethod
+    def on(cls, pool: ConnectionPool[Connection]) -> SyncTables:
+        return cls(pool, PostgresNonceStore(pool), PostgresInbox(pool),
+                   PostgresReceiptsView(pool), PostgresHeartbeats(pool))
+
+
+@dataclass(frozen=True)
+class Call:
+    """An authenticated request: who sent it, its body, and the server time it arrived."""
+
+    node_id: str
+    signed: SignedRequest
+    request: Request
+    body: bytes
+    now: dt.datetime
+
+
+Store = Callable[[Connection], Message]
+"""A request's writes and answer, run inside its transaction."""
+Handler = Callable[[Call], Store]
+"""Checks and decodes a request (in the thread pool, before any transaction opens)."""
+
+
+class Ingress:
+    """The sync API: its routes and the parts they use. `close()` releases the pool."""
+
+    def __init__(self, settings: IngressSettings, directory: NodeDirectory,
+                 limiter: RequestLimiter, identity: IdentitySource, tables: SyncTables | None,
+                 clock: Clock) -> None:
+        self.settings, self.directory, self.limiter = settings, directory, limiter
+        self.identity, self.tables, self.clock = identity, tables, clock
+
+    def routes(self) -> list[Route]:
+        max_batch = self.settings.max_compressed_bytes
+        heartbeat = min(max_batch, HEARTBEAT_MAX_BYTES)
+        return [
+            Route("/sync/v1/batches", self._endpoint(self._upload, max_batch), methods=["POST"]),
+            Route("/sync/v1/receipts", self._endpoint(self._receipts, 0), methods=["GET"]),
+            Route("/sync/v1/heartbeat", self._endpoint(self._heartbeat, heartbeat),
+                  methods=["POST"]),
+        ]
+
+    def start(self) -> None:
+        """Open the pool and bring the schema up to date (blocking). PostgreSQL being down is
+        logged, not fatal: requests answer 503 until it is back."""
+        if self.tables is None:
+            return
+        self.tables.pool.open(wait=False)
+        try:
+            migrate_postgres(str(self.tables.pool.conninfo))
+        except (psycopg.OperationalError, MigrationError) as error:
+            log.warning("sync tables not migrated at startup: %s", type(error).__name__)
+
+    def close(self) -> None:
+        self.directory.close()
+        if self.tables is not None:
+            self.tables.pool.close()
+
+    # ------------------------------------------------------------------------ handlers
+
+    def _upload(self, call: Call) -> Store:
+        raw, batch = codec.open_batch(call.body, self.settings.max_compressed_bytes,
+                                      self.settings.max_decompressed_bytes)
+        _check_sender(batch.node_id, call)
+        if len(batch.events) > self.settings.max_events_per_batch:
+            raise IngressError(413, IngressReason.TOO_MANY_EVENTS,
+                               f"at most {self.settings.max_events_per_batch} events per batch")
+        inbox = self._tables().inbox
+        return lambda conn: inbox._receive(conn, call.node_id, raw, batch, call.now)
+
+    def _receipts(self, call: Call) -> Store:
+        codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
+        params = call.request.query_params
+        try:
+            after, limit = page_request(params.get("cursor", ""), params.get("limit", ""))
+        except BadPageRequest as error:
+            raise IngressError(400, IngressReason.BAD_CURSOR, str(error)) from None
+        receipts = self._tables().receipts
+        return lambda conn: receipts._page(conn, call.node_id, after, limit)
+
+    def _heartbeat(self, call: Call) -> Store:
+        heartbeat = codec.decompress_message(
+            call.body, pb.Heartbeat, max_compressed=HEARTBEAT_MAX_BYTES,
+            max_decompressed=4 * HEARTBEAT_MAX_BYTES)
+        _check_sender(heartbeat.node_id, call)
+        heartbeats = self._tables().heartbeats
+
+        def store(conn: Connection) -> Message:
+            try:
+                heartbeats._record(conn, call.node_id, heartbeat, call.now)
+            except BadHeartbeat as error:
+                raise IngressError(400, IngressReason.BAD_HEARTBEAT, str(error)) from None
+            return pb.HeartbeatResponse(
+                server_time_micros=_micros(call.now),
+                next_interval_seconds=self.settings.heartbeat_interval_seconds)
+        return store
+
+    def _tables(self) -> SyncTables:
+        if self.tables is None:
+            raise IngressError(503, IngressReason.SYNC_STORE_NOT_CONFIGURED,
+                               "the sync API needs event_store.kind = postgres", 60)
+        return self.tables
+
+    # ------------------------------------------------------------------------ the gate
+
+    def _endpoint(self, handler: Handler, body_limit: int
+                  ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            request_id = request.headers.get("tidesync-request-id", "")[:128]
+            try:
+                with self.limiter.request_slot():
+                    return await self._authenticated(request, handler, body_limit)
+            except Exception as error:  # noqa: BLE001 - every failure becomes an ErrorResponse
+                return _error_answer(error, request, request_id)
+        return endpoint
+
+    async def _authenticated(self, request: Request, handler: Handler,
+                             body_limit: int) -> Response:
+        signed = signed_request(request.headers)
+        now = self.clock()
+        check_timestamp(signed, now, self.settings.window)
+        await self._check_signature(request, signed, now)
+        check_identity(signed, self.identity.identity(request.scope))
+        with self.limiter.node_slot(signed.node_id):
+            body = await read_body(request, body_limit)
+            check_body(signed, body)
+            call = Call(signed.node_id, signed, request, body, now)
+            message = await run_in_threadpool(self._handle, handler, call)
+        return protobuf_response(message)
+
+    def _handle(self, handler: Handler, call: Call) -> Message:
+        tables = self._tables()
+        store = handler(call)
+        # One transaction: the request id counts as used only if the request's own writes
+        # commit (a request that failed may be retried as it was), and costs no extra commit.
+        with transaction(tables.pool) as conn:
+            check_not_replayed(call.signed, tables.nonces.within(conn), call.now,
+                               self.settings.window)
+            return store(conn)
+
+    async def _check_signature(self, request: Request, signed: SignedRequest,
+                               now: dt.datetime) -> None:
+        target = request_target(request.scope)
+        credentials = await self._credentials(signed.node_id, None)
+        try:
+            check_signature(signed, request.method, target, credentials, now)
+        except AuthError as error:
+            # A node registered or rotated seconds ago may not be in the cache yet.
+            if error.reason not in (AuthReason.AUTH_BAD_SIGNATURE, AuthReason.NODE_UNKNOWN):
+                raise
+            fresh = await self._credentials(signed.node_id, _FRESH_AFTER_FAILURE)
+            if fresh is credentials:
+                raise
+            check_signature(signed, request.method, target, fresh, now)
+
+    async def _credentials(self, node_id: str, max_age: float | None) -> NodeCredentials:
+        cached = self.directory.cached(node_id, max_age)
+        if cached is not None:
+            return cached
+        return await run_in_threadpool(self.directory.lookup, node_id, max_age)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_sender(node_id: str, call: Call) -> None:
+    if node_id != call.node_id:
+        raise IngressError(403, IngressReason.NODE_MISMATCH,
+                           "the message names another node than the one authenticated")
+
+
+def request_target(scope: Mapping[str, Any]) -> str:
+    """The path with query exactly as the client sent it (what it signed)."""
+    path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    query: bytes = scope.get("query_string", b"")
+    return (path + b"?" + query if query else path).decode("latin-1")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, read in chunks and abandoned as soon as it passes `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body of {declared} bytes exceeds {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body exceeds {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def protobuf_response(message: Message, status: int = 200,
+                      headers: dict[str, str] | None = None) -> Response:
+    return Response(codec.compress(message), status_code=status, media_type=PROTOBUF,
+                    headers={"Content-Encoding": "zstd", **(headers or {})})
+
+
+def _error_answer(error: Exception, request: Request, request_id: str) -> Response:
+    status, reason, retry_after = _classify(error)
+    body = pb.ErrorResponse(reason_code=reason, message=_message(error, status),
+                            request_id=request_id)
+    if status == 426 or reason in (WireReason.UNSUPPORTED_PROTOCOL,
+                                   WireReason.MALFORMED_PROTOCOL_VERSION):
+        body.supported_protocol_versions.extend(codec.SUPPORTED_PROTOCOL_VERSIONS)
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        body.retry_after_seconds = retry_after
+        headers["Retry-After"] = str(retry_after)
+    if status == 401:
+        headers["WWW-Authenticate"] = "TIDESYNC-HMAC-SHA256"
+    node = request.headers.get("tidesync-node", "")[:63]
+    log.log(logging.ERROR if status >= 500 and status != 503 else logging.INFO,
+            "refused %s %s node=%s request_id=%s status=%d reason=%s", request.method,
+            request.url.path, node, request_id, status, reason)
+    return protobuf_response(body, status, headers)
+
+
+def _classify(error: Exception) -> tuple[int, str, int | None]:
+    """HTTP status, reason code and Retry-After seconds for a failure."""
+    if isinstance(error, AuthError):
+        return 401, error.reason.value, None
+    if isinstance(error, LimitExceeded):
+        return 429, error.reason.value, error.retry_after
+    if isinstance(error, IngressError):
+        return error.status, error.reason, error.retry_after
+    if isinstance(error, WireError):
+        return _wire_status(error), error.reason.value, None
+    if isinstance(error, StoreUnavailable | NodeStoreUnavailable):
+        return 503, IngressReason.STORE_UNAVAILABLE.value, STORE_RETRY_AFTER
+    if isinstance(error, ClientDisconnect):
+        return 400, "CLIENT_DISCONNECTED", None
+    if isinstance(error, MasterKeyError):
+        log.error("node secrets cannot be opened: %s", error)
+        return 503, IngressReason.KEYS_UNAVAILABLE.value, 60
+    log.exception("unexpected failure in the sync API", exc_info=error)
+    return 500, "INTERNAL_ERROR", None
+
+
+def _wire_status(error: WireError) -> int:
+    if error.reason in (WireReason.PAYLOAD_TOO_LARGE, WireReason.DECOMPRESSED_TOO_LARGE):
+        return 413
+    if isinstance(error, UnsupportedProtocol) and (
+        error.reason is WireReason.UNSUPPORTED_PROTOCOL
+    ):
+        return 426
+    return 400
+
+
+def _message(error: Exception, status: int) -> str:
+    # Unexpected failures keep their details in the log, not in the answer.
+    return "internal error" if status == 500 else str(error)
+
+
+def _micros(moment: dt.datetime) -> int:
+    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
