@@ -6,8 +6,6 @@ Subcommands import their implementation lazily so `tidesync --help` stays fast.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
 import importlib
 import json
@@ -17,6 +15,7 @@ from collections.abc import Sequence
 from tidesync.config import Config, ConfigError, EventStoreConfig, EventStoreKind, load_config
 
 COMMAND_MODULES = (
+    "tidesync.shore.commands",
     "tidesync.ingress.commands",
     "tidesync.shore.target_commands",
 )
@@ -32,7 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     _add_demo(commands)
-    _add_shore(commands)
     _add_config(commands)
     _add_inspect(commands)
     for module_name in COMMAND_MODULES:
@@ -51,16 +49,6 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--duration", type=float, default=None,
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.set_defaults(handler=_run_demo)
-
-
-def _add_shore(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    shore = commands.add_parser("shore", help="shore server and workers")
-    shore_commands = shore.add_subparsers(dest="shore_command", metavar="SUBCOMMAND")
-    shore_commands.required = True
-    serve = shore_commands.add_parser("serve", help="serve the shore HTTP API")
-    serve.add_argument("--duration", type=float, default=None,
-                       help="stop after this many seconds (default: run until stopped)")
-    serve.set_defaults(handler=_run_shore_serve)
 
 
 def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,11 +88,6 @@ def _run_config_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_shore_serve(args: argparse.Namespace) -> int:
-    config = _load(args)
-    return _serve(config, args.duration)
-
-
 def _run_demo(args: argparse.Namespace) -> int:
     """The embedded default: everything local, state under one data directory."""
     config = _load(args)
@@ -115,22 +98,9 @@ def _run_demo(args: argparse.Namespace) -> int:
         ),
         shore=dataclasses.replace(config.shore, listen_port=args.port),
     )
-    return _serve(config, args.duration)
+    from tidesync.shore.server import serve_and_report
 
-
-def _serve(config: Config, duration: float | None) -> int:
-    from tidesync.shore.server import describe, serve
-
-    def ready(url: str) -> None:
-        print(f"tidesync shore listening on {url}", flush=True)
-        print(f"  event store: {describe(config)}", flush=True)
-        print(f"  health:      {url}/healthz", flush=True)
-        if duration is None:
-            print("  press Ctrl-C to stop", flush=True)
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, ready, duration))
-    return 0
+    return serve_and_report(config, args.duration)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,73 @@
+"""The shore's event-sourced applications, each with its own events table.
+
+Saving an aggregate can carry `extra_statements`: SQL run in the same transaction as the
+events, so an index table (the inbox) never disagrees with the streams it summarises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
+from psycopg import Cursor
+from psycopg.rows import DictRow
+
+from tidesync.domain.apply_job import ApplyJob
+from tidesync.domain.conflict_case import ConflictCase
+
+Statement = tuple[str, Sequence[object]]
+
+
+class PostgresStatementsRecorder(PostgresApplicationRecorder):
+    """Runs caller-supplied statements inside the event insert transaction."""
+
+    def _insert_events(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent],
+                       **kwargs: Any) -> None:
+        super()._insert_events(curs, stored_events, **kwargs)
+        for sql, params in kwargs.get("extra_statements", ()):
+            curs.execute(sql.encode(), params)
+
+
+class SQLiteStatementsRecorder(SQLiteApplicationRecorder):
+    """The SQLite twin of PostgresStatementsRecorder."""
+
+    def _insert_events(self, c: SQLiteCursor, stored_events: Sequence[StoredEvent],
+                       **kwargs: Any) -> Sequence[int] | None:
+        returning = super()._insert_events(c, stored_events, **kwargs)
+        for sql, params in kwargs.get("extra_statements", ()):
+            c.execute(sql, params)
+        return returning
+
+
+def with_statement_recorder(env: dict[str, str]) -> dict[str, str]:
+    """The event store env with the recorder that understands `extra_statements`."""
+    module = env.get("PERSISTENCE_MODULE", "")
+    recorder = (PostgresStatementsRecorder if module.endswith("postgres")
+                else SQLiteStatementsRecorder)
+    return {**env, "APPLICATION_RECORDER_TOPIC": f"{recorder.__module__}:{recorder.__qualname__}"}
+
+
+class ApplyJobs(Application[Any]):
+    """ApplyJob streams: the lifecycle of every received event on its way to the target."""
+
+    name = "apply_jobs"
+
+    def get_job(self, job_id: object) -> ApplyJob:
+        job: object = self.repository.get(job_id)
+        assert isinstance(job, ApplyJob)
+        return job
+
+
+class ConflictCases(Application[Any]):
+    """ConflictCase streams: evidence and, later, arbitration of concurrent updates."""
+
+    name = "conflict_cases"
+
+    def get_case(self, conflict_id: object) -> ConflictCase:
+        case: object = self.repository.get(conflict_id)
+        assert isinstance(case, ConflictCase)
+        return case

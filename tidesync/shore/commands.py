@@ -1,0 +1,133 @@
+"""Subcommands of `tidesync` for the shore: `shore serve`, `shore work`, `jobs list|replay`.
+
+`register_commands` is called by `tidesync.cli` while it builds the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from tidesync.config import Config, load_config
+
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def register_commands(commands: Commands) -> None:
+    shore = commands.add_parser("shore", help="shore server and workers")
+    shore_commands = shore.add_subparsers(dest="shore_command", metavar="SUBCOMMAND")
+    shore_commands.required = True
+    serve = shore_commands.add_parser("serve", help="serve the shore HTTP API")
+    serve.add_argument("--duration", type=float, default=None,
+                       help="stop after this many seconds (default: run until stopped)")
+    serve.set_defaults(handler=_run_serve)
+    work = shore_commands.add_parser(
+        "work", help="apply received events to the target and keep projections current")
+    work.add_argument("--worker-id", help="name of this worker in leases and job streams")
+    work.add_argument("--once", action="store_true",
+                      help="process what is there, then exit (default: run until stopped)")
+    work.set_defaults(handler=_run_work)
+
+    jobs = commands.add_parser("jobs", help="inspect and replay apply work")
+    jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="SUBCOMMAND")
+    jobs_commands.required = True
+    listing = jobs_commands.add_parser(
+        "list", help="events not applied: waiting, dead or rejected, by class and reason")
+    listing.add_argument("--node", help="only this node's events")
+    listing.set_defaults(handler=_run_jobs_list)
+    replay = jobs_commands.add_parser(
+        "replay", help="send dead or rejected events of one error class back to apply")
+    replay.add_argument("--class", dest="error_class", required=True,
+                        help="TARGET_SCHEMA, DATA, UNSUPPORTED, INFRA or EXHAUSTED"
+                             " (MALFORMED is never replayed)")
+    replay.add_argument("--reason", required=True, help="why (recorded on the job streams)")
+    replay.add_argument("--node", help="only this node's events")
+    replay.add_argument("--actor", default=None, help="who asks (default: the OS user)")
+    replay.set_defaults(handler=_run_jobs_replay)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from tidesync.shore.server import serve_and_report
+
+    return serve_and_report(_config(args), args.duration)
+
+
+def _run_work(args: argparse.Namespace) -> int:
+    from tidesync.shore.processor import ProcessorSettings
+    from tidesync.shore.target_mysql import MySQLTargetApplier
+    from tidesync.shore.worker import build_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = _config(args)
+    target = config.target
+    applier = MySQLTargetApplier(host=target.host, port=target.port, user=target.user,
+                                 password=target.password, node_id=target.node_id,
+                                 database=target.database or None)
+    settings = ProcessorSettings(max_events_per_job=config.shore.apply_max_events_per_job,
+                                 chunk_size=config.shore.apply_chunk_size,
+                                 lease_seconds=config.shore.apply_lease_seconds)
+    if args.worker_id:
+        settings.worker_id = args.worker_id
+    worker, close = build_worker(config, applier, settings=settings)
+    try:
+        if args.once:
+            while worker.run_once() > 0:
+                pass
+        else:
+            worker.stop_on_signals()
+            print(f"tidesync shore worker {worker.processor.settings.worker_id} running",
+                  flush=True)
+            worker.run()
+    finally:
+        close()
+    return 0
+
+
+def _run_jobs_list(args: argparse.Namespace) -> int:
+    from tidesync.shore.jobs import summarize
+    from tidesync.shore.worker import open_pool
+
+    with open_pool(_config(args)) as pool:
+        rows = summarize(pool, args.node)
+    if not rows:
+        print("every received event is applied")
+        return 0
+    print(f"{'node':<24} {'state':<9} {'result':<18} {'class':<14} {'reason':<24} events")
+    for row in rows:
+        print(f"{row.origin_node_id:<24} {row.state:<9} {row.result or '-':<18}"
+              f" {row.error_class or '-':<14} {row.reason_code or '-':<24} {row.events}")
+    return 0
+
+
+def _run_jobs_replay(args: argparse.Namespace) -> int:
+    from tidesync.bootstrap import event_store_env
+    from tidesync.domain.apply_job import ErrorClass
+    from tidesync.shore.jobs import ReplayRefused, replay
+    from tidesync.shore.worker import ShoreApps, open_pool
+
+    try:
+        error_class = ErrorClass(args.error_class.upper())
+    except ValueError:
+        print(f"tidesync: unknown class {args.error_class!r}", file=sys.stderr)
+        return 2
+    config = _config(args)
+    apps = ShoreApps.open(event_store_env(config.event_store))
+    try:
+        with open_pool(config) as pool:
+            count = replay(pool, apps.apply_jobs, error_class, args.actor or getpass.getuser(),
+                           args.reason, args.node)
+    except ReplayRefused as refused:
+        print(f"tidesync: {refused}", file=sys.stderr)
+        return 2
+    finally:
+        apps.close()
+    print(f"{count} event(s) sent back to apply")
+    return 0

@@ -1,0 +1,248 @@
+"""The apply processor (§10.3–10.4): claims received events per source partition and applies
+them to the target in source order, recording every step in ApplyJob streams.
+
+Per-key order holds because a partition is applied by one worker at a time, in position
+order; conflicts and rejections are terminal and never hold other keys.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError
+
+from tidesync import failpoints
+from tidesync.domain.apply_job import (
+    ApplyJob,
+    ErrorClass,
+    EventResult,
+    FinalResult,
+)
+from tidesync.domain.backoff import Backoff
+from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.conflict_case import (
+    ConflictCase,
+    active_conflict_key,
+    conflict_evidence,
+    record_key_digest,
+    rule_for,
+)
+from tidesync.shore.apps import ApplyJobs, ConflictCases, Statement
+from tidesync.shore.target import (
+    CommitOutcomeUnknown,
+    TargetApplier,
+    TargetOutcome,
+    TargetOutcomeKind,
+    TransientTargetError,
+)
+from tidesync.shore.work_queue import Claim, PostgresWorkQueue, UndecodableEvent
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:apply-processor"
+GAP_RECHECK_SECONDS = 2.0
+
+@dataclass
+class ProcessorSettings:
+    worker_id: str = field(default_factory=lambda: f"worker-{uuid.uuid4().hex[:8]}")
+    max_events_per_job: int = 2000
+    chunk_size: int = 500
+    """Events per target transaction; a job applies several chunks, finalized together."""
+    lease_seconds: float = 60.0
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+class ApplyProcessor:
+    """One worker: `run_once()` claims a partition's next events and takes them to terminal."""
+
+    def __init__(self, apply_jobs: ApplyJobs, conflicts: ConflictCases,
+                 queue: PostgresWorkQueue, applier: TargetApplier,
+                 clock: Callable[[], dt.datetime], settings: ProcessorSettings | None = None,
+                 draw: Callable[[], float] = random.random) -> None:
+        self.apply_jobs = apply_jobs
+        self.conflicts = conflicts
+        self.queue = queue
+        self.applier = applier
+        self.clock = clock
+        self.settings = settings or ProcessorSettings()
+        self.draw = draw
+
+    def run_once(self) -> int:
+        """Process one claim; returns how many events it took to a terminal result."""
+        now = self.clock()
+        claim = self.queue.claim(self.settings.worker_id, now, self.settings.lease_seconds,
+                                 self.settings.max_events_per_job)
+        if claim is None:
+            return 0
+        self._record_takeovers(claim)
+        job = ApplyJob(
+            origin_node_id=claim.partition.origin_node_id, topic=claim.partition.topic,
+            partition=claim.partition.partition, replay_epoch=claim.partition.replay_epoch,
+            job_no=claim.job_no, event_ids=[str(e.event_id) for e in claim.events],
+            positions=[e.position for e in claim.events], worker=self.settings.worker_id,
+            lease_expires_at=claim.lease_expires_at, actor=ACTOR, reason="claimed",
+        )
+        # APPLYING is on record before the target is touched, so a takeover can name it.
+        self.apply_jobs.save(job)
+        return self._process(claim, job, self.queue.load_events(claim))
+
+    def _process(self, claim: Claim, job: ApplyJob,
+                 loaded: list[ChangeEvent | UndecodableEvent]) -> int:
+        now = self.clock()
+        results = [self._malformed(item) for item in loaded
+                   if isinstance(item, UndecodableEvent)]
+        events = [item for item in loaded if isinstance(item, ChangeEvent)]
+        ready, held, next_sequence = split_at_gap(events, claim.next_sequence)
+        held_ids = [str(e.event_id) for e in held]
+        if held:
+            job.release(held_ids, "SEQUENCE_GAP", ACTOR, f"source_sequence {next_sequence} missing")
+            log.warning("sequence gap on partition %s/%d of node %s at %d",
+                        claim.partition.topic, claim.partition.partition,
+                        claim.partition.origin_node_id, next_sequence)
+        chunk_size = self.settings.chunk_size
+        for start in range(0, len(ready), chunk_size):
+            chunk = ready[start:start + chunk_size]
+            try:
+                outcomes = self.applier.apply_chunk(chunk)
+            except (TransientTargetError, CommitOutcomeUnknown) as error:
+                return self._retry_later(claim, job, ready[start:], held_ids, results, error)
+            failpoints.hit("after_target_commit")
+            chunk_results = [self._result(event, outcome)
+                             for event, outcome in zip(chunk, outcomes, strict=True)]
+            applied = [r.event_id for r in chunk_results if r.result is EventResult.APPLIED]
+            if applied:
+                job.target_committed(applied, ACTOR, "target transaction committed")
+            results += chunk_results
+        statements = self._finalize(claim, job, results, now)
+        statements += self.queue.release_statements(claim.partition.origin_node_id, held_ids)
+        if held:
+            statements += self.queue.gap_statements(
+                claim, next_sequence, now, now + dt.timedelta(seconds=GAP_RECHECK_SECONDS))
+        else:
+            statements += self.queue.unlease_statements(claim, next_sequence=next_sequence)
+        self.apply_jobs.save(job, extra_statements=statements)
+        return len(results)
+
+    def _finalize(self, claim: Claim, job: ApplyJob, results: list[FinalResult],
+                  now: dt.datetime) -> list[Statement]:
+        if not results:
+            return []
+        job.finalize([r.as_row() for r in results], ACTOR, "terminal results recorded")
+        return self.queue.finalize_statements(claim.partition.origin_node_id, results, now)
+
+    def _retry_later(self, claim: Claim, job: ApplyJob, pending: Sequence[ChangeEvent],
+                     held_ids: list[str], done: list[FinalResult],
+                     error: TransientTargetError | CommitOutcomeUnknown) -> int:
+        """A transient failure: what this job finished is finalized; the rest waits with
+        full-jitter backoff (re-applying it later is idempotent thanks to the ledger)."""
+        now = self.clock()
+        reason_code = error.reason_code
+        attempt = claim.attempts + 1
+        retry_ids = [str(e.event_id) for e in pending]
+        statements = self._finalize(claim, job, done, now)
+        statements += self.queue.release_statements(claim.partition.origin_node_id, held_ids)
+        resume_at = pending[0].source_sequence if pending else None
+        if self.settings.backoff.exhausted(attempt):
+            job.dead_letter(retry_ids, ErrorClass.EXHAUSTED.value, reason_code, attempt, ACTOR,
+                            "retries exhausted; waiting for an operator")
+            statements += self.queue.dead_statements(
+                claim, retry_ids, ErrorClass.EXHAUSTED.value, reason_code, attempt, resume_at)
+            log.error("apply retries exhausted on partition %s/%d of node %s: %s",
+                      claim.partition.topic, claim.partition.partition,
+                      claim.partition.origin_node_id, reason_code)
+        else:
+            delay = self.settings.backoff.delay(attempt, self.draw())
+            not_before = now + dt.timedelta(seconds=delay)
+            job.schedule_retry(retry_ids, ErrorClass.INFRA.value, reason_code, attempt,
+                               not_before, ACTOR, "transient target error")
+            statements += self.queue.retry_statements(
+                claim, retry_ids, ErrorClass.INFRA.value, not_before, attempt, resume_at)
+            log.warning("transient target error %s; retry %d in %.1fs", reason_code, attempt,
+                        delay)
+        self.apply_jobs.save(job, extra_statements=statements)
+        return len(done)
+
+    def _result(self, event: ChangeEvent, outcome: TargetOutcome) -> FinalResult:
+        event_id = str(event.event_id)
+        if outcome.kind in (TargetOutcomeKind.APPLIED, TargetOutcomeKind.ALREADY_APPLIED):
+            revision = event.result_revision.text if event.result_revision else None
+            return FinalResult(event_id, EventResult.APPLIED, "", None, revision,
+                               event.source_position)
+        if outcome.kind is TargetOutcomeKind.CONFLICT:
+            conflict_id = self._capture_conflict(event, outcome)
+            return FinalResult(event_id, EventResult.CONFLICT_RECORDED, "BASE_REVISION_MISMATCH",
+                               str(conflict_id), None, event.source_position)
+        return FinalResult(event_id, EventResult.REJECTED, outcome.reason_code, None, None,
+                           event.source_position)
+
+    def _malformed(self, item: UndecodableEvent) -> FinalResult:
+        return FinalResult(str(item.claimed.event_id), EventResult.REJECTED,
+                           str(item.error.reason), None, None, item.claimed.position)
+
+    def _capture_conflict(self, event: ChangeEvent, outcome: TargetOutcome) -> uuid.UUID:
+        """Create or reuse the one active ConflictCase of rule + record key; append evidence."""
+        rule_id = rule_for(event)
+        digest = record_key_digest(rule_id, event)
+        evidence = conflict_evidence(event, outcome.current_row, outcome.current_revision)
+        for _ in range(3):
+            existing = self._active_conflict(rule_id, digest)
+            if existing is not None:
+                case = self.conflicts.get_case(existing)
+                if str(event.event_id) not in case.event_ids:
+                    case.add_evidence(evidence, ACTOR, "further conflicting change")
+                    self.conflicts.save(case)
+                return existing
+            key = active_conflict_key(rule_id, digest, outcome.current_revision,
+                                      event.result_revision)
+            case = ConflictCase(active_key=key, rule_id=rule_id, rule_version=event.rule_version,
+                                key_digest=digest, database=event.database, table=event.table,
+                                evidence=evidence, actor=ACTOR, reason="base revision mismatch")
+            try:
+                self.conflicts.save(case, extra_statements=[(
+                    "INSERT INTO active_conflict (rule_id, key_digest, conflict_id)"
+                    " VALUES (%s, %s, %s)", (rule_id, digest, case.id))])
+            except IntegrityError:
+                continue  # Another worker opened a case for this key first: join it.
+            log.info("conflict %s opened on %s.%s", case.id, event.database, event.table)
+            return case.id
+        raise RuntimeError("could not settle the active conflict for a record key")
+
+    def _active_conflict(self, rule_id: str, digest: str) -> uuid.UUID | None:
+        with self.queue.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT conflict_id FROM active_conflict WHERE rule_id = %s AND key_digest = %s",
+                (rule_id, digest)).fetchone()
+        return None if row is None else uuid.UUID(str(row[0]))
+
+    def _record_takeovers(self, claim: Claim) -> None:
+        """Mark jobs whose lease expired with events still open as taken over by this job."""
+        for old_job_id in claim.taken_over_jobs():
+            try:
+                old = self.apply_jobs.get_job(old_job_id)
+            except AggregateNotFoundError:
+                continue  # The old worker died before recording its claim.
+            old.take_over(self.settings.worker_id, claim.lease_expires_at, str(claim.job_id),
+                          ACTOR, "lease expired")
+            self.apply_jobs.save(old)
+            log.warning("took over apply job %s (lease expired)", old_job_id)
+
+
+def split_at_gap(events: Sequence[ChangeEvent],
+                 next_sequence: int) -> tuple[list[ChangeEvent], list[ChangeEvent], int]:
+    """Events up to the first missing source_sequence, those after it, and the next expected
+    sequence. Events without a sequence are not gap-checked (§10.4)."""
+    expected = next_sequence
+    for index, event in enumerate(events):
+        sequence = event.source_sequence
+        if sequence is None or sequence < expected:
+            continue
+        if sequence > expected:
+            return list(events[:index]), list(events[index:]), expected
+        expected += 1
+    return list(events), [], expected

@@ -1,0 +1,287 @@
+"""Claims received events for the apply processor: per source partition, in order, leased.
+
+The ApplyJob streams are the record of what happened; these tables are the index a worker
+queries to find work, updated in the same transaction as the job events they reflect.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
+from tidesync.domain.change_event import ChangeEvent
+from tidesync.shore.apps import Statement
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.codec import NameTable, WireError, event_from_wire
+
+
+@dataclass(frozen=True)
+class PartitionKey:
+    origin_node_id: str
+    topic: str
+    partition: int
+    replay_epoch: int
+
+    def params(self) -> tuple[str, str, int, int]:
+        return (self.origin_node_id, self.topic, self.partition, self.replay_epoch)
+
+
+@dataclass(frozen=True)
+class ClaimedEvent:
+    event_id: uuid.UUID
+    batch_ref: uuid.UUID
+    batch_index: int
+    position: int
+    sequence: int | None
+    previous_job_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A partition leased to one worker, with the events it may apply, in source order."""
+
+    partition: PartitionKey
+    job_no: int
+    job_id: uuid.UUID
+    attempts: int
+    next_sequence: int
+    lease_expires_at: dt.datetime
+    events: tuple[ClaimedEvent, ...]
+
+    def taken_over_jobs(self) -> set[uuid.UUID]:
+        return {e.previous_job_id for e in self.events if e.previous_job_id is not None}
+
+
+@dataclass(frozen=True)
+class UndecodableEvent:
+    """A stored event that no longer decodes (it did at receive time): finalized REJECTED."""
+
+    claimed: ClaimedEvent
+    error: WireError
+
+
+class PostgresWorkQueue:
+    """Claim, release and finish apply work in PostgreSQL (`inbox_event`, `apply_partition`)."""
+
+    def __init__(self, pool: ConnectionPool[psycopg.Connection[TupleRow]]) -> None:
+        self.pool = pool
+        self._last_discovery: dt.datetime | None = None
+
+    # -------------------------------------------------------------------- claiming
+
+    def claim(self, worker: str, now: dt.datetime, lease_seconds: float,
+              max_events: int) -> Claim | None:
+        """Lease the least recently served partition that has open events, or None."""
+        if self._discovery_due(now):
+            self.discover_partitions()
+        with self.pool.connection() as conn, conn.transaction():
+            row = conn.execute(_CLAIMABLE_PARTITION, {"now": now}).fetchone()
+            if row is None:
+                return None
+            partition = PartitionKey(*row[:4])
+            job_no, attempts, next_sequence = row[4], row[5], row[6]
+            events = self._open_events(conn, partition, max_events)
+            if not events:
+                return None
+            return self._lease(conn, partition, job_no, attempts, next_sequence, events,
+                               worker, now, lease_seconds)
+
+    def _discovery_due(self, now: dt.datetime) -> bool:
+        if self._last_discovery is None or now - self._last_discovery > dt.timedelta(seconds=1):
+            self._last_discovery = now
+            return True
+        return False
+
+    def discover_partitions(self) -> None:
+        """Give every partition with pending events its apply_partition row."""
+        with self.pool.connection() as conn:
+            conn.execute(
+                "INSERT INTO apply_partition"
+                " (origin_node_id, source_topic, source_partition, replay_epoch)"
+                " SELECT DISTINCT origin_node_id, source_topic, source_partition, replay_epoch"
+                " FROM inbox_event WHERE state = 'PENDING' ON CONFLICT DO NOTHING"
+            )
+
+    def _open_events(self, conn: psycopg.Connection[TupleRow], partition: PartitionKey,
+                     max_events: int) -> list[ClaimedEvent]:
+        rows = conn.execute(
+            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence, job_id"
+            " FROM inbox_event WHERE origin_node_id = %s AND source_topic = %s"
+            " AND source_partition = %s AND replay_epoch = %s AND state IN ('PENDING', 'CLAIMED')"
+            " ORDER BY source_position LIMIT %s",
+            (*partition.params(), max_events),
+        ).fetchall()
+        return [ClaimedEvent(*row) for row in rows]
+
+    def _lease(self, conn: psycopg.Connection[TupleRow], partition: PartitionKey, job_no: int,
+               attempts: int, next_sequence: int, events: list[ClaimedEvent], worker: str,
+               now: dt.datetime, lease_seconds: float) -> Claim:
+        job_id = apply_job_id(*partition.params(), job_no)
+        expires = now + dt.timedelta(seconds=lease_seconds)
+        conn.execute(
+            "UPDATE apply_partition SET next_job_no = next_job_no + 1, current_job_id = %s,"
+            " lease_owner = %s, lease_expires_at = %s, last_claimed_at = %s WHERE"
+            " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+            " AND replay_epoch = %s",
+            (job_id, worker, expires, now, *partition.params()),
+        )
+        conn.execute(
+            "UPDATE inbox_event SET state = 'CLAIMED', job_id = %s"
+            " WHERE origin_node_id = %s AND event_id = ANY(%s)",
+            (job_id, partition.origin_node_id, [e.event_id for e in events]),
+        )
+        return Claim(partition, job_no, job_id, attempts, next_sequence, expires, tuple(events))
+
+    # -------------------------------------------------------------------- decoding
+
+    def load_events(self, claim: Claim) -> list[ChangeEvent | UndecodableEvent]:
+        """The claimed events decoded from their stored batch bodies, in claim order."""
+        refs = sorted({e.batch_ref for e in claim.events})
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT batch_ref, body FROM inbox_batch WHERE batch_ref = ANY(%s)", (refs,)
+            ).fetchall()
+        batches = {ref: pb.UploadBatch.FromString(body) for ref, body in rows}
+        names = {ref: NameTable(batch.strings) for ref, batch in batches.items()}
+        out: list[ChangeEvent | UndecodableEvent] = []
+        for claimed in claim.events:
+            batch = batches[claimed.batch_ref]
+            try:
+                out.append(event_from_wire(batch.events[claimed.batch_index],
+                                           names[claimed.batch_ref],
+                                           batch_version=batch.protocol_version))
+            except WireError as error:
+                out.append(UndecodableEvent(claimed, error))
+        return out
+
+    # ------------------------------------------- statements run with the job's events
+
+    @staticmethod
+    def finalize_statements(origin_node_id: str, results: Sequence[FinalResult],
+                            now: dt.datetime) -> list[Statement]:
+        if not results:
+            return []
+        return [(
+            "UPDATE inbox_event AS i SET state = 'TERMINAL', result = u.result,"
+            " reason_code = u.reason_code, conflict_id = u.conflict_id,"
+            " result_revision = u.result_revision, terminal_at = %s,"
+            " error_class = u.error_class"
+            " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::uuid[], %s::bytea[],"
+            " %s::text[]) AS u(event_id, result, reason_code, conflict_id, result_revision,"
+            " error_class)"
+            " WHERE i.origin_node_id = %s AND i.event_id = u.event_id",
+            (now, [r.event_id for r in results], [r.result.value for r in results],
+             [r.reason_code or None for r in results], [r.conflict_id for r in results],
+             [uuid.UUID(r.result_revision).bytes if r.result_revision else None
+              for r in results],
+             [error_class_of(r.reason_code).value if r.result is EventResult.REJECTED else None
+              for r in results],
+             origin_node_id),
+        )]
+
+    @staticmethod
+    def release_statements(origin_node_id: str, event_ids: Sequence[str]) -> list[Statement]:
+        """Hand events back to PENDING (held behind a gap or a retry)."""
+        if not event_ids:
+            return []
+        return [(
+            "UPDATE inbox_event SET state = 'PENDING', job_id = NULL"
+            " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
+            (origin_node_id, list(event_ids)),
+        )]
+
+    @staticmethod
+    def retry_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
+                         not_before: dt.datetime, attempt: int,
+                         resume_sequence: int | None) -> list[Statement]:
+        """Hold the whole partition until `not_before`: later events may share a key."""
+        return [*PostgresWorkQueue.release_statements(claim.partition.origin_node_id, event_ids),
+                ("UPDATE inbox_event SET attempts = %s, error_class = %s"
+                 " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
+                 (attempt, error_class, claim.partition.origin_node_id, list(event_ids))),
+                ("UPDATE apply_partition SET not_before = %s, attempts = %s,"
+                 " next_sequence = COALESCE(%s, next_sequence),"
+                 " lease_owner = NULL, lease_expires_at = NULL WHERE"
+                 " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+                 " AND replay_epoch = %s",
+                 (not_before, attempt, resume_sequence, *claim.partition.params()))]
+
+    @staticmethod
+    def dead_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
+                        reason_code: str, attempt: int,
+                        resume_sequence: int | None) -> list[Statement]:
+        """Retries exhausted: the events wait for an operator; their partition holds."""
+        return [("UPDATE inbox_event SET state = 'DEAD', attempts = %s,"
+                 " error_class = %s, reason_code = %s"
+                 " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
+                 (attempt, error_class, reason_code, claim.partition.origin_node_id,
+                  list(event_ids))),
+                *PostgresWorkQueue.unlease_statements(claim, attempts=attempt,
+                                                      next_sequence=resume_sequence)]
+
+    @staticmethod
+    def unlease_statements(claim: Claim, *, attempts: int = 0,
+                           next_sequence: int | None = None) -> list[Statement]:
+        return [(
+            "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
+            " not_before = NULL, attempts = %s, next_sequence = COALESCE(%s, next_sequence),"
+            " gap_at_sequence = NULL, gap_detected_at = NULL WHERE"
+            " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+            " AND replay_epoch = %s",
+            (attempts, next_sequence, *claim.partition.params()),
+        )]
+
+    @staticmethod
+    def gap_statements(claim: Claim, missing_sequence: int, now: dt.datetime,
+                       recheck_at: dt.datetime) -> list[Statement]:
+        """Record a sequence gap and look again at `recheck_at` (the ship retransmits)."""
+        return [(
+            "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
+            " attempts = 0, next_sequence = %s, gap_at_sequence = %s,"
+            " gap_detected_at = COALESCE(gap_detected_at, %s), not_before = %s WHERE"
+            " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+            " AND replay_epoch = %s",
+            (missing_sequence, missing_sequence, now, recheck_at, *claim.partition.params()),
+        )]
+
+    def run(self, statements: Sequence[Statement]) -> None:
+        """Run index updates that have no job events to ride with, in one transaction."""
+        with self.pool.connection() as conn, conn.transaction():
+            for sql, params in statements:
+                conn.execute(sql.encode(), params)
+
+    def active_conflict(self, rule_id: str, key_digest: str,
+                        candidate: uuid.UUID) -> tuple[uuid.UUID, bool]:
+        """The active conflict of rule + key: the existing one, or `candidate` newly opened."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "INSERT INTO active_conflict (rule_id, key_digest, conflict_id)"
+                " VALUES (%s, %s, %s) ON CONFLICT (rule_id, key_digest) DO UPDATE"
+                " SET rule_id = EXCLUDED.rule_id RETURNING conflict_id, (xmax = 0)",
+                (rule_id, key_digest, candidate),
+            ).fetchone()
+        assert row is not None
+        return row[0], bool(row[1])
+
+
+_CLAIMABLE_PARTITION = (
+    "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"
+    " p.next_job_no, p.attempts, p.next_sequence"
+    " FROM apply_partition p"
+    " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < %(now)s)"
+    " AND (p.not_before IS NULL OR p.not_before <= %(now)s)"
+    " AND NOT EXISTS (SELECT 1 FROM inbox_event d WHERE d.origin_node_id = p.origin_node_id"
+    "   AND d.source_topic = p.source_topic AND d.source_partition = p.source_partition"
+    "   AND d.replay_epoch = p.replay_epoch AND d.state = 'DEAD')"
+    " AND EXISTS (SELECT 1 FROM inbox_event i WHERE i.origin_node_id = p.origin_node_id"
+    "   AND i.source_topic = p.source_topic AND i.source_partition = p.source_partition"
+    "   AND i.replay_epoch = p.replay_epoch AND i.state IN ('PENDING', 'CLAIMED'))"
+    " ORDER BY p.last_claimed_at NULLS FIRST LIMIT 1 FOR UPDATE OF p SKIP LOCKED"
+)
