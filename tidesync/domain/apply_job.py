@@ -74,7 +74,8 @@ def error_class_of(reason_code: str) -> ErrorClass:
 
 @dataclass(frozen=True)
 class FinalResult:
-    """One event's terminal result as recorded in a job."""
+    """One event's terminal result as recorded in a job, with what read models need: the
+    rule, the record key (canonical text), the operation and the source position."""
 
     event_id: str
     result: EventResult
@@ -82,17 +83,23 @@ class FinalResult:
     conflict_id: str | None = None
     result_revision: str | None = None
     position: int = 0
+    rule_id: str = ""
+    record_key: str = ""
+    operation: str = ""
 
     def as_row(self) -> list[str | int | None]:
         return [self.event_id, self.result.value, self.reason_code, self.conflict_id,
-                self.result_revision, self.position]
+                self.result_revision, self.position, self.rule_id, self.record_key,
+                self.operation]
 
     @classmethod
     def from_row(cls, row: list[str | int | None]) -> FinalResult:
-        event_id, result, reason, conflict_id, revision, position = row
+        event_id, result, reason, conflict_id, revision, position, *rest = row
+        rule_id, record_key, operation = (*rest, "", "", "")[:3]
         return cls(str(event_id), EventResult(str(result)), str(reason or ""),
                    None if conflict_id is None else str(conflict_id),
-                   None if revision is None else str(revision), int(position or 0))
+                   None if revision is None else str(revision), int(position or 0),
+                   str(rule_id or ""), str(record_key or ""), str(operation or ""))
 
 
 def apply_job_id(origin_node_id: str, topic: str, partition: int, replay_epoch: int,

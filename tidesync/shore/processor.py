@@ -12,7 +12,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
@@ -169,21 +169,22 @@ class ApplyProcessor:
         return len(done)
 
     def _result(self, event: ChangeEvent, outcome: TargetOutcome) -> FinalResult:
-        event_id = str(event.event_id)
+        base = FinalResult(str(event.event_id), EventResult.REJECTED, outcome.reason_code,
+                           position=event.source_position, rule_id=rule_for(event),
+                           record_key=event.record.canonical(), operation=event.operation.value)
         if outcome.kind in (TargetOutcomeKind.APPLIED, TargetOutcomeKind.ALREADY_APPLIED):
             revision = event.result_revision.text if event.result_revision else None
-            return FinalResult(event_id, EventResult.APPLIED, "", None, revision,
-                               event.source_position)
+            return replace(base, result=EventResult.APPLIED, reason_code="",
+                           result_revision=revision)
         if outcome.kind is TargetOutcomeKind.CONFLICT:
             conflict_id = self._capture_conflict(event, outcome)
-            return FinalResult(event_id, EventResult.CONFLICT_RECORDED, "BASE_REVISION_MISMATCH",
-                               str(conflict_id), None, event.source_position)
-        return FinalResult(event_id, EventResult.REJECTED, outcome.reason_code, None, None,
-                           event.source_position)
+            return replace(base, result=EventResult.CONFLICT_RECORDED,
+                           reason_code="BASE_REVISION_MISMATCH", conflict_id=str(conflict_id))
+        return base
 
     def _malformed(self, item: UndecodableEvent) -> FinalResult:
         return FinalResult(str(item.claimed.event_id), EventResult.REJECTED,
-                           str(item.error.reason), None, None, item.claimed.position)
+                           str(item.error.reason), position=item.claimed.position)
 
     def _capture_conflict(self, event: ChangeEvent, outcome: TargetOutcome) -> uuid.UUID:
         """Create or reuse the one active ConflictCase of rule + record key; append evidence."""
