@@ -10,6 +10,7 @@ import enum
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from tidesync.domain.values import (
     Row,
@@ -239,4 +240,8 @@ class ChangeEvent:
 
 def _same(a: Value, b: Value) -> bool:
     # Equal values of different types or scales (True == 1, 1.0 == 1.00) are still a change.
-    return canonical_value(a) == canonical_value(b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Decimal | float):
+        return canonical_value(a) == canonical_value(b)
+    return a == b

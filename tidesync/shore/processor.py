@@ -12,7 +12,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
@@ -41,7 +41,13 @@ from tidesync.shore.target import (
     TargetOutcomeKind,
     TransientTargetError,
 )
-from tidesync.shore.work_queue import Claim, PostgresWorkQueue, UndecodableEvent
+from tidesync.shore.work_queue import (
+    Claim,
+    ClaimedEvent,
+    PostgresWorkQueue,
+    StoredBatches,
+    UndecodableEvent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,31 +96,32 @@ class ApplyProcessor:
         )
         # APPLYING is on record before the target is touched, so a takeover can name it.
         self.apply_jobs.save(job)
-        return self._process(claim, job, self.queue.load_events(claim))
+        return self._process(claim, job, self.queue.load_batches(claim))
 
-    def _process(self, claim: Claim, job: ApplyJob,
-                 loaded: list[ChangeEvent | UndecodableEvent]) -> int:
+    def _process(self, claim: Claim, job: ApplyJob, batches: StoredBatches) -> int:
         now = self.clock()
-        results = [self._malformed(item) for item in loaded
-                   if isinstance(item, UndecodableEvent)]
-        events = [item for item in loaded if isinstance(item, ChangeEvent)]
-        ready, held, next_sequence = split_at_gap(events, claim.next_sequence)
+        ready, held, next_sequence = split_at_gap(claim.events, claim.next_sequence)
         held_ids = [str(e.event_id) for e in held]
         if held:
             job.release(held_ids, "SEQUENCE_GAP", ACTOR, f"source_sequence {next_sequence} missing")
             log.warning("sequence gap on partition %s/%d of node %s at %d",
                         claim.partition.topic, claim.partition.partition,
                         claim.partition.origin_node_id, next_sequence)
-        chunk_size = self.settings.chunk_size
-        for start in range(0, len(ready), chunk_size):
-            chunk = ready[start:start + chunk_size]
+        size = self.settings.chunk_size
+        chunks = [ready[start:start + size] for start in range(0, len(ready), size)]
+        results: list[FinalResult] = []
+        for index, chunk in enumerate(chunks):
+            items = batches.decode(chunk)
+            results += [self._malformed(i) for i in items if isinstance(i, UndecodableEvent)]
+            events = [i for i in items if isinstance(i, ChangeEvent)]
             try:
-                outcomes = self.applier.apply_chunk(chunk)
+                outcomes = self.applier.apply_chunk(events)
             except (TransientTargetError, CommitOutcomeUnknown) as error:
-                return self._retry_later(claim, job, ready[start:], held_ids, results, error)
+                pending = [e for rest in chunks[index:] for e in rest]
+                return self._retry_later(claim, job, pending, held_ids, results, error)
             failpoints.hit("after_target_commit")
             chunk_results = [self._result(event, outcome)
-                             for event, outcome in zip(chunk, outcomes, strict=True)]
+                             for event, outcome in zip(events, outcomes, strict=True)]
             applied = [r.event_id for r in chunk_results if r.result is EventResult.APPLIED]
             if applied:
                 job.target_committed(applied, ACTOR, "target transaction committed")
@@ -136,7 +143,7 @@ class ApplyProcessor:
         job.finalize([r.as_row() for r in results], ACTOR, "terminal results recorded")
         return self.queue.finalize_statements(claim.partition.origin_node_id, results, now)
 
-    def _retry_later(self, claim: Claim, job: ApplyJob, pending: Sequence[ChangeEvent],
+    def _retry_later(self, claim: Claim, job: ApplyJob, pending: Sequence[ClaimedEvent],
                      held_ids: list[str], done: list[FinalResult],
                      error: TransientTargetError | CommitOutcomeUnknown) -> int:
         """A transient failure: what this job finished is finalized; the rest waits with
@@ -147,7 +154,7 @@ class ApplyProcessor:
         retry_ids = [str(e.event_id) for e in pending]
         statements = self._finalize(claim, job, done, now)
         statements += self.queue.release_statements(claim.partition.origin_node_id, held_ids)
-        resume_at = pending[0].source_sequence if pending else None
+        resume_at = pending[0].sequence if pending else None
         if self.settings.backoff.exhausted(attempt):
             job.dead_letter(retry_ids, ErrorClass.EXHAUSTED.value, reason_code, attempt, ACTOR,
                             "retries exhausted; waiting for an operator")
@@ -169,18 +176,18 @@ class ApplyProcessor:
         return len(done)
 
     def _result(self, event: ChangeEvent, outcome: TargetOutcome) -> FinalResult:
-        base = FinalResult(str(event.event_id), EventResult.REJECTED, outcome.reason_code,
-                           position=event.source_position, rule_id=rule_for(event),
-                           record_key=event.record.canonical(), operation=event.operation.value)
+        result, reason = EventResult.REJECTED, outcome.reason_code
+        conflict_id: str | None = None
+        revision: str | None = None
         if outcome.kind in (TargetOutcomeKind.APPLIED, TargetOutcomeKind.ALREADY_APPLIED):
+            result, reason = EventResult.APPLIED, ""
             revision = event.result_revision.text if event.result_revision else None
-            return replace(base, result=EventResult.APPLIED, reason_code="",
-                           result_revision=revision)
-        if outcome.kind is TargetOutcomeKind.CONFLICT:
-            conflict_id = self._capture_conflict(event, outcome)
-            return replace(base, result=EventResult.CONFLICT_RECORDED,
-                           reason_code="BASE_REVISION_MISMATCH", conflict_id=str(conflict_id))
-        return base
+        elif outcome.kind is TargetOutcomeKind.CONFLICT:
+            result, reason = EventResult.CONFLICT_RECORDED, "BASE_REVISION_MISMATCH"
+            conflict_id = str(self._capture_conflict(event, outcome))
+        return FinalResult(str(event.event_id), result, reason, conflict_id, revision,
+                           event.source_position, rule_for(event), event.record.canonical(),
+                           event.operation.value)
 
     def _malformed(self, item: UndecodableEvent) -> FinalResult:
         return FinalResult(str(item.claimed.event_id), EventResult.REJECTED,
@@ -234,13 +241,13 @@ class ApplyProcessor:
             log.warning("took over apply job %s (lease expired)", old_job_id)
 
 
-def split_at_gap(events: Sequence[ChangeEvent],
-                 next_sequence: int) -> tuple[list[ChangeEvent], list[ChangeEvent], int]:
+def split_at_gap(events: Sequence[ClaimedEvent], next_sequence: int,
+                 ) -> tuple[list[ClaimedEvent], list[ClaimedEvent], int]:
     """Events up to the first missing source_sequence, those after it, and the next expected
     sequence. Events without a sequence are not gap-checked (§10.4)."""
     expected = next_sequence
     for index, event in enumerate(events):
-        sequence = event.source_sequence
+        sequence = event.sequence
         if sequence is None or sequence < expected:
             continue
         if sequence > expected:

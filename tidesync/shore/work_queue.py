@@ -67,6 +67,26 @@ class UndecodableEvent:
     error: WireError
 
 
+class StoredBatches:
+    """Parsed batch bodies; decodes claimed events on demand (possibly off the main thread)."""
+
+    def __init__(self, batches: dict[uuid.UUID, pb.UploadBatch]) -> None:
+        self.batches = batches
+        self.names = {ref: NameTable(batch.strings) for ref, batch in batches.items()}
+
+    def decode(self, claimed: Sequence[ClaimedEvent]) -> list[ChangeEvent | UndecodableEvent]:
+        out: list[ChangeEvent | UndecodableEvent] = []
+        for item in claimed:
+            batch = self.batches[item.batch_ref]
+            try:
+                out.append(event_from_wire(batch.events[item.batch_index],
+                                           self.names[item.batch_ref],
+                                           batch_version=batch.protocol_version))
+            except WireError as error:
+                out.append(UndecodableEvent(item, error))
+        return out
+
+
 class PostgresWorkQueue:
     """Claim, release and finish apply work in PostgreSQL (`inbox_event`, `apply_partition`)."""
 
@@ -141,25 +161,18 @@ class PostgresWorkQueue:
 
     # -------------------------------------------------------------------- decoding
 
-    def load_events(self, claim: Claim) -> list[ChangeEvent | UndecodableEvent]:
-        """The claimed events decoded from their stored batch bodies, in claim order."""
+    def load_batches(self, claim: Claim) -> StoredBatches:
+        """The stored batch bodies the claimed events point into, parsed once."""
         refs = sorted({e.batch_ref for e in claim.events})
         with self.pool.connection() as conn:
             rows = conn.execute(
                 "SELECT batch_ref, body FROM inbox_batch WHERE batch_ref = ANY(%s)", (refs,)
             ).fetchall()
-        batches = {ref: pb.UploadBatch.FromString(body) for ref, body in rows}
-        names = {ref: NameTable(batch.strings) for ref, batch in batches.items()}
-        out: list[ChangeEvent | UndecodableEvent] = []
-        for claimed in claim.events:
-            batch = batches[claimed.batch_ref]
-            try:
-                out.append(event_from_wire(batch.events[claimed.batch_index],
-                                           names[claimed.batch_ref],
-                                           batch_version=batch.protocol_version))
-            except WireError as error:
-                out.append(UndecodableEvent(claimed, error))
-        return out
+        return StoredBatches({ref: pb.UploadBatch.FromString(body) for ref, body in rows})
+
+    def load_events(self, claim: Claim) -> list[ChangeEvent | UndecodableEvent]:
+        """The claimed events decoded from their stored batch bodies, in claim order."""
+        return self.load_batches(claim).decode(claim.events)
 
     # ------------------------------------------- statements run with the job's events
 
@@ -173,12 +186,13 @@ class PostgresWorkQueue:
             " reason_code = u.reason_code, conflict_id = u.conflict_id,"
             " result_revision = u.result_revision, terminal_at = %s,"
             " error_class = u.error_class"
-            " FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::uuid[], %s::bytea[],"
-            " %s::text[]) AS u(event_id, result, reason_code, conflict_id, result_revision,"
+            " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::uuid[], %b::bytea[],"
+            " %b::text[]) AS u(event_id, result, reason_code, conflict_id, result_revision,"
             " error_class)"
             " WHERE i.origin_node_id = %s AND i.event_id = u.event_id",
-            (now, [r.event_id for r in results], [r.result.value for r in results],
-             [r.reason_code or None for r in results], [r.conflict_id for r in results],
+            (now, [uuid.UUID(r.event_id) for r in results], [r.result.value for r in results],
+             [r.reason_code or None for r in results],
+             [uuid.UUID(r.conflict_id) if r.conflict_id else None for r in results],
              [uuid.UUID(r.result_revision).bytes if r.result_revision else None
               for r in results],
              [error_class_of(r.reason_code).value if r.result is EventResult.REJECTED else None
