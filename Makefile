@@ -36,7 +36,7 @@ proto: $(STAMP)
 	$(BIN)/python -m tidesync.wire.generate
 
 bench: $(STAMP)
-	@for name in raw wire normalize ingest; do $(BIN)/python -m benchmarks $$name || exit 1; done
+	@for name in raw wire normalize ingest apply; do $(BIN)/python -m benchmarks $$name || exit 1; done
 
 clean:
 	rm -rf $(VENV) tidesync-demo .pytest_cache .mypy_cache .ruff_cache
