@@ -11,6 +11,7 @@ import binascii
 import dataclasses
 import enum
 import os
+import re
 import tomllib
 import types
 import typing
@@ -112,14 +113,40 @@ class ShoreConfig:
 
 @dataclass(frozen=True)
 class ShipConfig:
-    """The ship client: its node identity, state file and queue."""
+    """The ship client: its node identity, state file, queue, batching and link settings."""
 
     node_id: str = ""
     shore_url: str = "http://127.0.0.1:8470"
+    # The node's signing secret as `tidesync nodes register` printed it (base64url).
+    secret: str = field(default="", metadata={"secret": True})
     state_path: str = "tidesync-data/ship-state.sqlite"
     kafka_bootstrap_servers: str = ""
+    # Topics to consume (a regular expression) and the node's one consumer group
+    # (default: tidesync-ship-<node_id>).
+    topic_pattern: str = r"^sync\.cdc\."
+    consumer_group: str = ""
+    # What the normalizer stamps on events: the capture's connector id, the replay epoch
+    # (raise it after a topic rebuild or connector reset), tables synced both ways
+    # (comma-separated db.table, their rows carry _sync_revision) and, for payload-only
+    # records, a JSON file of column types {"db.table": {"column": "mysql type"}}.
+    source_connector_id: str = "debezium-mysql"
+    replay_epoch: int = 0
+    bidirectional_tables: str = ""
+    column_types_file: str = ""
     batch_max_events: int = 500
     batch_max_bytes: int = 4 * 1024 * 1024
+    zstd_level: int = 3
+    # Bounded memory: events held for sending per partition and in all, and records read
+    # but not yet terminal per partition (the consumer pauses a partition beyond it).
+    send_window_events: int = 2000
+    send_window_total_events: int = 20000
+    max_open_per_partition: int = 100_000
+    request_timeout_seconds: int = 60
+    receipts_page_size: int = 500
+    receipts_interval_seconds: int = 5
+    heartbeat_interval_seconds: int = 60
+    # Extra librdkafka consumer settings, "key=value" separated by commas.
+    kafka_consumer_options: str = ""
 
     def validate(self) -> list[str]:
         problems = []
@@ -129,7 +156,32 @@ class ShipConfig:
             problems.append("ship.batch_max_bytes: must be >= 1024")
         if not self.shore_url.startswith(("http://", "https://")):
             problems.append("ship.shore_url: must start with http:// or https://")
+        if self.replay_epoch < 0:
+            problems.append("ship.replay_epoch: must be >= 0")
+        if not 1 <= self.zstd_level <= 22:
+            problems.append("ship.zstd_level: must be 1..22")
+        for name in ("send_window_events", "send_window_total_events", "max_open_per_partition",
+                     "request_timeout_seconds", "receipts_page_size",
+                     "receipts_interval_seconds", "heartbeat_interval_seconds"):
+            if getattr(self, name) < 1:
+                problems.append(f"ship.{name}: must be >= 1")
+        if self.receipts_page_size > 1000:
+            problems.append("ship.receipts_page_size: must be <= 1000")
+        try:
+            re.compile(self.topic_pattern)
+        except re.error as error:
+            problems.append(f"ship.topic_pattern: not a regular expression ({error})")
+        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
+            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
+                problems.append(f"ship.bidirectional_tables: {item!r} is not db.table")
+        for item in filter(None, (t.strip() for t in self.kafka_consumer_options.split(","))):
+            if "=" not in item:
+                problems.append(f"ship.kafka_consumer_options: {item!r} is not key=value")
         return problems
+
+    @property
+    def group_id(self) -> str:
+        return self.consumer_group or f"tidesync-ship-{self.node_id}"
 
 
 @dataclass(frozen=True)

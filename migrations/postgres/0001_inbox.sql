@@ -20,7 +20,7 @@ CREATE TABLE inbox_event (
     source_sequence bigint,
     replay_epoch    bigint      NOT NULL,
     received_at     timestamptz NOT NULL,
-    state           text        NOT NULL DEFAULT 'PENDING',  -- PENDING | CLAIMED | TERMINAL
+    state           text        NOT NULL DEFAULT 'PENDING',  -- PENDING | TERMINAL | DEAD
     job_id          uuid,
     result          text,       -- APPLIED | CONFLICT_RECORDED | REJECTED | EXPIRED_APPROVED
     reason_code     text,

@@ -1,6 +1,7 @@
 """The ConflictCase aggregate: one active conflict per rule + record key, with its evidence.
 
-Capture only records what was seen (§11.2–11.3 DETECTED); arbitration extends the lifecycle.
+Capture records what was seen (§11.2–11.3 DETECTED); a manual decision (§11.5) or an
+authorised cancellation moves it on, each an immutable event with actor and reason.
 """
 
 from __future__ import annotations
@@ -33,6 +34,44 @@ ACTIVE_STATES = frozenset({
     ConflictState.DETECTED, ConflictState.AUTO_DECIDING, ConflictState.PENDING_MANUAL,
     ConflictState.DECIDED, ConflictState.DISPATCHED,
 })
+
+DECIDABLE_STATES = frozenset({
+    ConflictState.DETECTED, ConflictState.AUTO_DECIDING, ConflictState.PENDING_MANUAL,
+})
+"""Active states without a decision yet: a decision is appended once, never overwritten."""
+
+CANCELLABLE_STATES = DECIDABLE_STATES | {ConflictState.DECIDED}
+"""Active states without business effect: once dispatched, a ship may have applied it."""
+
+
+class DecisionSide(enum.StrEnum):
+    """What a manual decision keeps (§11.5): the shore's row, the ship's, or a full new value."""
+
+    SHORE = "SHORE"
+    SHIP = "SHIP"
+    REPLACEMENT = "REPLACEMENT"
+
+
+class ConflictRefusal(enum.StrEnum):
+    """Why a decision or cancellation was refused (stable codes for people and APIs)."""
+
+    NOT_DECIDABLE = "NOT_DECIDABLE"
+    NOT_CANCELLABLE = "NOT_CANCELLABLE"
+    REASON_REQUIRED = "REASON_REQUIRED"
+    EVIDENCE_STALE = "EVIDENCE_STALE"
+    REPLACEMENT_REQUIRED = "REPLACEMENT_REQUIRED"
+    REPLACEMENT_UNEXPECTED = "REPLACEMENT_UNEXPECTED"
+    REPLACEMENT_COLUMNS = "REPLACEMENT_COLUMNS"
+    REPLACEMENT_TYPE = "REPLACEMENT_TYPE"
+
+
+class ConflictRefused(Exception):
+    """A command the case's state or evidence does not allow; `code` is stable."""
+
+    def __init__(self, code: ConflictRefusal, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def rule_for(event: ChangeEvent) -> str:
@@ -83,6 +122,8 @@ class ConflictCase(Aggregate):
         self.state = ConflictState.DETECTED
         self.evidence: list[dict[str, object]] = [evidence]
         self.event_ids = {str(evidence["event_id"])}
+        self.decision: dict[str, object] | None = None
+        self.cancellation: dict[str, object] | None = None
 
     @event("EvidenceAdded")
     def add_evidence(self, evidence: dict[str, object], actor: str, reason: str) -> None:
@@ -92,6 +133,145 @@ class ConflictCase(Aggregate):
     @property
     def is_active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def latest_evidence(self) -> dict[str, object]:
+        return self.evidence[-1]
+
+    def decide(self, decision_id: str, side: DecisionSide,
+               replacement: list[list[object]] | None, current_revision: str | None,
+               replacement_revision: str, actor: str, reason: str, trace_id: str = "") -> None:
+        """Record a manual decision (§11.5) against the latest evidence.
+
+        `current_revision` is the record's revision read just before (None: no row); when it
+        is no longer the one the evidence shows, the decision is refused as stale. A
+        REPLACEMENT needs every column of the evidence with values of the same types and is
+        given `replacement_revision`; SHORE and SHIP keep that side's image and revision.
+        """
+        if self.state not in DECIDABLE_STATES:
+            raise ConflictRefused(ConflictRefusal.NOT_DECIDABLE,
+                                  f"a {self.state} conflict cannot be decided")
+        _require_reason(reason)
+        latest = self.latest_evidence
+        if current_revision != latest.get("current_revision"):
+            raise ConflictRefused(ConflictRefusal.EVIDENCE_STALE,
+                                  "the record changed since the evidence was captured;"
+                                  " refresh the evidence and decide again")
+        value, revision = self._decided_image(side, replacement, replacement_revision)
+        self._decided(decision_id, side.value, value, value is None, revision, current_revision,
+                      len(self.evidence), actor, reason, trace_id)
+
+    def _decided_image(self, side: DecisionSide, replacement: list[list[object]] | None,
+                       replacement_revision: str) -> tuple[list[list[object]] | None, str | None]:
+        latest = self.latest_evidence
+        if side is not DecisionSide.REPLACEMENT:
+            if replacement is not None:
+                raise ConflictRefused(ConflictRefusal.REPLACEMENT_UNEXPECTED,
+                                      f"a {side} decision takes no replacement value")
+            if side is DecisionSide.SHORE:
+                return _image(latest.get("current_row")), _text(latest.get("current_revision"))
+            return (_image(latest.get("incoming_after")),
+                    _text(latest.get("incoming_result_revision")))
+        if replacement is None:
+            raise ConflictRefused(ConflictRefusal.REPLACEMENT_REQUIRED,
+                                  "a REPLACEMENT decision needs the complete new value")
+        check_replacement(self.evidence_columns(), replacement)
+        return [list(pair) for pair in replacement], replacement_revision
+
+    @event("Decided")
+    def _decided(self, decision_id: str, side: str, decided_value: list[list[object]] | None,
+                 tombstone: bool, decided_revision: str | None, expected_revision: str | None,
+                 evidence_count: int, actor: str, reason: str, trace_id: str) -> None:
+        self.state = ConflictState.DECIDED
+        self.decision = {
+            "decision_id": decision_id, "side": side, "decided_value": decided_value,
+            "tombstone": tombstone, "decided_revision": decided_revision,
+            "expected_revision": expected_revision, "evidence_count": evidence_count,
+            "actor": actor, "reason": reason,
+        }
+
+    def cancel(self, actor: str, reason: str, trace_id: str = "") -> None:
+        """Withdraw the case; only while nothing of it can have reached a ship (§11.3)."""
+        if self.state not in CANCELLABLE_STATES:
+            raise ConflictRefused(ConflictRefusal.NOT_CANCELLABLE,
+                                  f"a {self.state} conflict cannot be cancelled")
+        _require_reason(reason)
+        self._cancelled(actor, reason, trace_id)
+
+    @event("Cancelled")
+    def _cancelled(self, actor: str, reason: str, trace_id: str) -> None:
+        self.state = ConflictState.CANCELLED
+        self.cancellation = {"actor": actor, "reason": reason}
+
+    def evidence_columns(self) -> dict[str, list[object]]:
+        """Column name → a typed sample value (the first non-null one the latest evidence
+        shows; ["null"] when every image has it null). The columns are the shore row's, or the
+        ship's when the shore has no row."""
+        latest = self.latest_evidence
+        images = [image for name in ("current_row", "incoming_after", "incoming_before")
+                  if (image := _image(latest.get(name))) is not None]
+        if not images:
+            return {}
+        columns: dict[str, list[object]] = {str(pair[0]): ["null"] for pair in images[0]}
+        for image in images:
+            for name, value in image:
+                if str(name) in columns and columns[str(name)] == ["null"]:
+                    columns[str(name)] = _as_tagged(value)
+        return columns
+
+
+def check_replacement(columns: Mapping[str, list[object]],
+                      replacement: list[list[object]]) -> None:
+    """A replacement value names every evidence column once, each with that column's type
+    (BIT with its length) or null. A column null everywhere in the evidence can only stay
+    null: its type is unknown and is never guessed."""
+    names = [str(pair[0]) for pair in replacement]
+    if len(set(names)) != len(names) or set(names) != set(columns):
+        missing = sorted(set(columns) - set(names))
+        unknown = sorted(set(names) - set(columns))
+        raise ConflictRefused(
+            ConflictRefusal.REPLACEMENT_COLUMNS,
+            f"a replacement names each column once (missing {len(missing)}, unknown"
+            f" {len(unknown)}, repeated {len(names) - len(set(names))})")
+    for name, value in replacement:
+        sample = columns[str(name)]
+        tag = _tag(value)
+        if tag == "null":
+            continue
+        if tag != _tag(sample) or (tag == "bits" and _bits_length(value) != _bits_length(sample)):
+            raise ConflictRefused(ConflictRefusal.REPLACEMENT_TYPE,
+                                  f"column {name} takes {_tag(sample)} values, not {tag}")
+
+
+def _bits_length(tagged: object) -> object:
+    return tagged[1] if isinstance(tagged, list | tuple) and len(tagged) > 1 else None
+
+
+def _require_reason(reason: str) -> None:
+    if not reason.strip():
+        raise ConflictRefused(ConflictRefusal.REASON_REQUIRED, "a reason is required")
+
+
+def _image(raw: object) -> list[list[object]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list | tuple):
+        raise TypeError("an evidence image is a list of [column, value] pairs")
+    return [list(pair) for pair in raw]
+
+
+def _text(raw: object) -> str | None:
+    return None if raw is None else str(raw)
+
+
+def _as_tagged(raw: object) -> list[object]:
+    if not isinstance(raw, list | tuple):
+        raise TypeError("a stored value is a type-tagged list")
+    return list(raw)
+
+
+def _tag(tagged: object) -> str:
+    return str(tagged[0]) if isinstance(tagged, list | tuple) and tagged else "?"
 
 
 def conflict_evidence(event: ChangeEvent, current_row: Mapping[str, Value] | None,

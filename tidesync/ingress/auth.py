@@ -1,7 +1,7 @@
-"""Request signing for /sync/v1: the client's `sign_request` and the shore's checks of it.
+"""Request signing for /sync/v1: the shore's checks of the client's `sign_request`.
 
-HMAC-SHA256 over method, path with query, node, timestamp, request id and the body's SHA-256;
-a timestamp window plus a persisted request-id cache stop replays.
+The signer itself lives in `tidesync.wire.signing` (the ship imports it from there) and is
+re-exported here. A timestamp window plus a persisted request-id cache stop replays.
 """
 
 from __future__ import annotations
@@ -18,18 +18,22 @@ from typing import Any, Protocol
 
 from tidesync.domain.node import NodeStatus
 from tidesync.ingress.nodes import NodeCredentials
+from tidesync.wire.signing import (
+    CONTENT_SHA256_HEADER,
+    NODE_HEADER,
+    REQUEST_ID_HEADER,
+    REQUEST_ID_PATTERN,
+    SCHEME,
+    SIGNATURE_HEADER,
+    SIGNED_HEADERS,
+    TIMESTAMP_HEADER,
+    canonical_request,
+    sign_request,
+    signature,
+)
 
-NODE_HEADER = "Tidesync-Node"
-TIMESTAMP_HEADER = "Tidesync-Timestamp"
-REQUEST_ID_HEADER = "Tidesync-Request-Id"
-CONTENT_SHA256_HEADER = "Tidesync-Content-SHA256"
-SIGNATURE_HEADER = "Tidesync-Signature"
-SIGNED_HEADERS = (NODE_HEADER, TIMESTAMP_HEADER, REQUEST_ID_HEADER, CONTENT_SHA256_HEADER,
-                  SIGNATURE_HEADER)
-
-SCHEME = "TIDESYNC-HMAC-SHA256"
 DEFAULT_WINDOW = dt.timedelta(minutes=5)
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
+_REQUEST_ID = REQUEST_ID_PATTERN
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -53,42 +57,6 @@ class AuthError(Exception):
     def __init__(self, reason: AuthReason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-# ----------------------------------------------------------------------------- signing
-
-
-def canonical_request(method: str, path_with_query: str, node_id: str, timestamp: str,
-                      request_id: str, content_sha256: str) -> bytes:
-    """The exact bytes both sides sign: one field per line."""
-    return "\n".join((SCHEME, method.upper(), path_with_query, node_id, timestamp, request_id,
-                      content_sha256)).encode("utf-8")
-
-
-def signature(secret: bytes, canonical: bytes) -> str:
-    return hmac.new(secret, canonical, hashlib.sha256).hexdigest()
-
-
-def sign_request(node_id: str, secret: bytes, method: str, path_with_query: str, body: bytes,
-                 now: dt.datetime, request_id: str) -> dict[str, str]:
-    """The headers that authenticate one request; send them with exactly this path and body.
-
-    `path_with_query` is the request target as sent (e.g. "/sync/v1/receipts?cursor=7"),
-    without a trailing "?". `request_id` must be new for every request (a UUID is fine).
-    """
-    if _REQUEST_ID.fullmatch(request_id) is None:
-        raise ValueError("request_id must be 8-128 characters of [A-Za-z0-9._:-]")
-    timestamp = str(int((now - _EPOCH).total_seconds()))
-    digest = hashlib.sha256(body).hexdigest()
-    canonical = canonical_request(method, path_with_query, node_id, timestamp, request_id,
-                                  digest)
-    return {
-        NODE_HEADER: node_id,
-        TIMESTAMP_HEADER: timestamp,
-        REQUEST_ID_HEADER: request_id,
-        CONTENT_SHA256_HEADER: digest,
-        SIGNATURE_HEADER: signature(secret, canonical),
-    }
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -233,3 +201,12 @@ def check_identity(request: SignedRequest, identity: str | None) -> None:
     if identity is not None and identity != request.node_id:
         raise AuthError(AuthReason.AUTH_IDENTITY_MISMATCH,
                         "client certificate belongs to another node")
+
+
+__all__ = [
+    "CONTENT_SHA256_HEADER", "DEFAULT_WINDOW", "NODE_HEADER", "REQUEST_ID_HEADER", "SCHEME",
+    "SIGNATURE_HEADER", "SIGNED_HEADERS", "TIMESTAMP_HEADER", "AuthError", "AuthReason",
+    "IdentitySource", "NonceStore", "SignedRequest", "canonical_request", "check_body",
+    "check_identity", "check_not_replayed", "check_signature", "check_timestamp",
+    "common_name", "sign_request", "signature", "signed_request",
+]

@@ -127,7 +127,6 @@ class ApplyProcessor:
                 job.target_committed(applied, ACTOR, "target transaction committed")
             results += chunk_results
         statements = self._finalize(claim, job, results, now)
-        statements += self.queue.release_statements(claim.partition.origin_node_id, held_ids)
         if held:
             statements += self.queue.gap_statements(
                 claim, next_sequence, now, now + dt.timedelta(seconds=GAP_RECHECK_SECONDS))
@@ -141,7 +140,8 @@ class ApplyProcessor:
         if not results:
             return []
         job.finalize([r.as_row() for r in results], ACTOR, "terminal results recorded")
-        return self.queue.finalize_statements(claim.partition.origin_node_id, results, now)
+        return self.queue.finalize_statements(claim.partition.origin_node_id, claim.job_id,
+                                              results, now)
 
     def _retry_later(self, claim: Claim, job: ApplyJob, pending: Sequence[ClaimedEvent],
                      held_ids: list[str], done: list[FinalResult],
@@ -153,7 +153,6 @@ class ApplyProcessor:
         attempt = claim.attempts + 1
         retry_ids = [str(e.event_id) for e in pending]
         statements = self._finalize(claim, job, done, now)
-        statements += self.queue.release_statements(claim.partition.origin_node_id, held_ids)
         resume_at = pending[0].sequence if pending else None
         if self.settings.backoff.exhausted(attempt):
             job.dead_letter(retry_ids, ErrorClass.EXHAUSTED.value, reason_code, attempt, ACTOR,
@@ -229,16 +228,17 @@ class ApplyProcessor:
         return None if row is None else uuid.UUID(str(row[0]))
 
     def _record_takeovers(self, claim: Claim) -> None:
-        """Mark jobs whose lease expired with events still open as taken over by this job."""
-        for old_job_id in claim.taken_over_jobs():
-            try:
-                old = self.apply_jobs.get_job(old_job_id)
-            except AggregateNotFoundError:
-                continue  # The old worker died before recording its claim.
-            old.take_over(self.settings.worker_id, claim.lease_expires_at, str(claim.job_id),
-                          ACTOR, "lease expired")
-            self.apply_jobs.save(old)
-            log.warning("took over apply job %s (lease expired)", old_job_id)
+        """Mark the job whose lease expired unfinished as taken over by this claim."""
+        if claim.previous_job_id is None:
+            return
+        try:
+            old = self.apply_jobs.get_job(claim.previous_job_id)
+        except AggregateNotFoundError:
+            return  # The old worker died before recording its claim.
+        old.take_over(self.settings.worker_id, claim.lease_expires_at, str(claim.job_id),
+                      ACTOR, "lease expired")
+        self.apply_jobs.save(old)
+        log.warning("took over apply job %s (lease expired)", claim.previous_job_id)
 
 
 def split_at_gap(events: Sequence[ClaimedEvent], next_sequence: int,

@@ -6,6 +6,7 @@ queries to find work, updated in the same transaction as the job events they ref
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Sequence
@@ -40,7 +41,6 @@ class ClaimedEvent:
     batch_index: int
     position: int
     sequence: int | None
-    previous_job_id: uuid.UUID | None
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,8 @@ class Claim:
     next_sequence: int
     lease_expires_at: dt.datetime
     events: tuple[ClaimedEvent, ...]
-
-    def taken_over_jobs(self) -> set[uuid.UUID]:
-        return {e.previous_job_id for e in self.events if e.previous_job_id is not None}
+    previous_job_id: uuid.UUID | None = None
+    """A job whose lease expired before it finished: this claim takes its events over."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +105,13 @@ class PostgresWorkQueue:
             if row is None:
                 return None
             partition = PartitionKey(*row[:4])
-            job_no, attempts, next_sequence = row[4], row[5], row[6]
+            job_no, attempts, next_sequence, previous_job_id = row[4:8]
             events = self._open_events(conn, partition, max_events)
             if not events:
                 return None
-            return self._lease(conn, partition, job_no, attempts, next_sequence, events,
-                               worker, now, lease_seconds)
+            claim = self._lease(conn, partition, job_no, attempts, next_sequence, events,
+                                worker, now, lease_seconds)
+            return dataclasses.replace(claim, previous_job_id=previous_job_id)
 
     def _discovery_due(self, now: dt.datetime) -> bool:
         if self._last_discovery is None or now - self._last_discovery > dt.timedelta(seconds=1):
@@ -132,9 +132,9 @@ class PostgresWorkQueue:
     def _open_events(self, conn: psycopg.Connection[TupleRow], partition: PartitionKey,
                      max_events: int) -> list[ClaimedEvent]:
         rows = conn.execute(
-            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence, job_id"
+            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence"
             " FROM inbox_event WHERE origin_node_id = %s AND source_topic = %s"
-            " AND source_partition = %s AND replay_epoch = %s AND state IN ('PENDING', 'CLAIMED')"
+            " AND source_partition = %s AND replay_epoch = %s AND state = 'PENDING'"
             " ORDER BY source_position LIMIT %s",
             (*partition.params(), max_events),
         ).fetchall()
@@ -152,11 +152,8 @@ class PostgresWorkQueue:
             " AND replay_epoch = %s",
             (job_id, worker, expires, now, *partition.params()),
         )
-        conn.execute(
-            "UPDATE inbox_event SET state = 'CLAIMED', job_id = %s"
-            " WHERE origin_node_id = %s AND event_id = ANY(%s)",
-            (job_id, partition.origin_node_id, [e.event_id for e in events]),
-        )
+        # Inbox rows stay PENDING while leased: the lease, not a row update, keeps other
+        # workers off, which saves a write of every claimed row.
         return Claim(partition, job_no, job_id, attempts, next_sequence, expires, tuple(events))
 
     # -------------------------------------------------------------------- decoding
@@ -177,20 +174,22 @@ class PostgresWorkQueue:
     # ------------------------------------------- statements run with the job's events
 
     @staticmethod
-    def finalize_statements(origin_node_id: str, results: Sequence[FinalResult],
+    def finalize_statements(origin_node_id: str, job_id: uuid.UUID,
+                            results: Sequence[FinalResult],
                             now: dt.datetime) -> list[Statement]:
         if not results:
             return []
         return [(
             "UPDATE inbox_event AS i SET state = 'TERMINAL', result = u.result,"
             " reason_code = u.reason_code, conflict_id = u.conflict_id,"
-            " result_revision = u.result_revision, terminal_at = %s,"
+            " result_revision = u.result_revision, terminal_at = %s, job_id = %s,"
             " error_class = u.error_class"
             " FROM unnest(%b::uuid[], %b::text[], %b::text[], %b::uuid[], %b::bytea[],"
             " %b::text[]) AS u(event_id, result, reason_code, conflict_id, result_revision,"
             " error_class)"
             " WHERE i.origin_node_id = %s AND i.event_id = u.event_id",
-            (now, [uuid.UUID(r.event_id) for r in results], [r.result.value for r in results],
+            (now, job_id, [uuid.UUID(r.event_id) for r in results],
+             [r.result.value for r in results],
              [r.reason_code or None for r in results],
              [uuid.UUID(r.conflict_id) if r.conflict_id else None for r in results],
              [uuid.UUID(r.result_revision).bytes if r.result_revision else None
@@ -201,27 +200,15 @@ class PostgresWorkQueue:
         )]
 
     @staticmethod
-    def release_statements(origin_node_id: str, event_ids: Sequence[str]) -> list[Statement]:
-        """Hand events back to PENDING (held behind a gap or a retry)."""
-        if not event_ids:
-            return []
-        return [(
-            "UPDATE inbox_event SET state = 'PENDING', job_id = NULL"
-            " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
-            (origin_node_id, list(event_ids)),
-        )]
-
-    @staticmethod
     def retry_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
                          not_before: dt.datetime, attempt: int,
                          resume_sequence: int | None) -> list[Statement]:
         """Hold the whole partition until `not_before`: later events may share a key."""
-        return [*PostgresWorkQueue.release_statements(claim.partition.origin_node_id, event_ids),
-                ("UPDATE inbox_event SET attempts = %s, error_class = %s"
+        return [("UPDATE inbox_event SET attempts = %s, error_class = %s"
                  " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
                  (attempt, error_class, claim.partition.origin_node_id, list(event_ids))),
                 ("UPDATE apply_partition SET not_before = %s, attempts = %s,"
-                 " next_sequence = COALESCE(%s, next_sequence),"
+                 " next_sequence = COALESCE(%s, next_sequence), current_job_id = NULL,"
                  " lease_owner = NULL, lease_expires_at = NULL WHERE"
                  " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
                  " AND replay_epoch = %s",
@@ -232,11 +219,11 @@ class PostgresWorkQueue:
                         reason_code: str, attempt: int,
                         resume_sequence: int | None) -> list[Statement]:
         """Retries exhausted: the events wait for an operator; their partition holds."""
-        return [("UPDATE inbox_event SET state = 'DEAD', attempts = %s,"
+        return [("UPDATE inbox_event SET state = 'DEAD', attempts = %s, job_id = %s,"
                  " error_class = %s, reason_code = %s"
                  " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[])",
-                 (attempt, error_class, reason_code, claim.partition.origin_node_id,
-                  list(event_ids))),
+                 (attempt, claim.job_id, error_class, reason_code,
+                  claim.partition.origin_node_id, list(event_ids))),
                 *PostgresWorkQueue.unlease_statements(claim, attempts=attempt,
                                                       next_sequence=resume_sequence)]
 
@@ -245,7 +232,8 @@ class PostgresWorkQueue:
                            next_sequence: int | None = None) -> list[Statement]:
         return [(
             "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
-            " not_before = NULL, attempts = %s, next_sequence = COALESCE(%s, next_sequence),"
+            " current_job_id = NULL, not_before = NULL, attempts = %s,"
+            " next_sequence = COALESCE(%s, next_sequence),"
             " gap_at_sequence = NULL, gap_detected_at = NULL WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
             " AND replay_epoch = %s",
@@ -258,7 +246,7 @@ class PostgresWorkQueue:
         """Record a sequence gap and look again at `recheck_at` (the ship retransmits)."""
         return [(
             "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
-            " attempts = 0, next_sequence = %s, gap_at_sequence = %s,"
+            " current_job_id = NULL, attempts = 0, next_sequence = %s, gap_at_sequence = %s,"
             " gap_detected_at = COALESCE(gap_detected_at, %s), not_before = %s WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
             " AND replay_epoch = %s",
@@ -287,7 +275,7 @@ class PostgresWorkQueue:
 
 _CLAIMABLE_PARTITION = (
     "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"
-    " p.next_job_no, p.attempts, p.next_sequence"
+    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id"
     " FROM apply_partition p"
     " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < %(now)s)"
     " AND (p.not_before IS NULL OR p.not_before <= %(now)s)"
@@ -296,6 +284,6 @@ _CLAIMABLE_PARTITION = (
     "   AND d.replay_epoch = p.replay_epoch AND d.state = 'DEAD')"
     " AND EXISTS (SELECT 1 FROM inbox_event i WHERE i.origin_node_id = p.origin_node_id"
     "   AND i.source_topic = p.source_topic AND i.source_partition = p.source_partition"
-    "   AND i.replay_epoch = p.replay_epoch AND i.state IN ('PENDING', 'CLAIMED'))"
+    "   AND i.replay_epoch = p.replay_epoch AND i.state = 'PENDING')"
     " ORDER BY p.last_claimed_at NULLS FIRST LIMIT 1 FOR UPDATE OF p SKIP LOCKED"
 )

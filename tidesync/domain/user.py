@@ -1,0 +1,124 @@
+"""Console users (§17.2–17.3): the User aggregate, roles and what each role may do.
+
+A user holds only the digest of its bearer token; issuing tokens and the clock stay outside.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import re
+import uuid
+
+from eventsourcing.domain import Aggregate, event
+
+USER_NAMESPACE = uuid.UUID("2f8c1d4a-6b3e-5a70-9e12-8d4c6a2b0f35")
+USER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+class Role(enum.StrEnum):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    APPROVER = "approver"
+    AUDITOR = "auditor"
+    ADMIN = "admin"
+
+
+class Permission(enum.StrEnum):
+    """One capability of the console; roles are sets of these."""
+
+    VIEW = "VIEW"
+    """Nodes, backlogs, receipts, conflict summaries, evidence structure and digests,
+    record head digests, projection and job status."""
+    READ_EVIDENCE_VALUES = "READ_EVIDENCE_VALUES"
+    """Values in conflict evidence and decisions, and record keys."""
+    READ_SENSITIVE_COLUMNS = "READ_SENSITIVE_COLUMNS"
+    """Values of columns configured as sensitive."""
+    READ_AUDIT = "READ_AUDIT"
+    """Audit events and any aggregate's history."""
+    REPLAY_JOBS = "REPLAY_JOBS"
+    REBUILD_PROJECTIONS = "REBUILD_PROJECTIONS"
+    CANCEL_CONFLICTS = "CANCEL_CONFLICTS"
+    DECIDE_CONFLICTS = "DECIDE_CONFLICTS"
+    MANAGE_NODES = "MANAGE_NODES"
+    MANAGE_USERS = "MANAGE_USERS"
+
+
+ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
+    Role.VIEWER: frozenset({Permission.VIEW}),
+    Role.OPERATOR: frozenset({Permission.VIEW, Permission.REPLAY_JOBS,
+                              Permission.REBUILD_PROJECTIONS, Permission.CANCEL_CONFLICTS}),
+    Role.APPROVER: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,
+                              Permission.DECIDE_CONFLICTS}),
+    Role.AUDITOR: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,
+                             Permission.READ_SENSITIVE_COLUMNS, Permission.READ_AUDIT}),
+    Role.ADMIN: frozenset(Permission),
+}
+
+
+class UserStatus(enum.StrEnum):
+    ACTIVE = "ACTIVE"
+    REVOKED = "REVOKED"
+
+
+class UserError(Exception):
+    """A user command that the user's state does not allow."""
+
+
+class InvalidUserName(UserError, ValueError):
+    pass
+
+
+def check_user_name(name: str) -> str:
+    """The name if it is 1-63 characters of `a-z`, `0-9`, `.`, `_` and `-`, starting
+    alphanumeric."""
+    if USER_NAME_PATTERN.fullmatch(name) is None:
+        raise InvalidUserName(f"user name {name!r} must match [a-z0-9][a-z0-9._-]{{0,62}}")
+    return name
+
+
+def user_uuid(name: str) -> uuid.UUID:
+    """The aggregate id of a user: adding the same name twice collides on it."""
+    return uuid.uuid5(USER_NAMESPACE, check_user_name(name))
+
+
+class User(Aggregate):
+    """A console user with one role and one bearer token (held as a digest)."""
+
+    @staticmethod
+    def create_id(name: str, **_: object) -> uuid.UUID:
+        return user_uuid(name)
+
+    @event("Added")
+    def __init__(self, name: str, role: Role, token_digest: str, actor: str, reason: str,
+                 trace_id: str = "") -> None:
+        self.name = check_user_name(name)
+        self.role = Role(role)
+        self.token_digest = token_digest
+        self.status = UserStatus.ACTIVE
+        self.added_by = actor
+        self.revoke_reason = ""
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.status is UserStatus.REVOKED
+
+    @property
+    def permissions(self) -> frozenset[Permission]:
+        return frozenset() if self.is_revoked else ROLE_PERMISSIONS[self.role]
+
+    def accepts(self, token_digest: str) -> bool:
+        """Whether a presented token's digest is this active user's (constant time)."""
+        return not self.is_revoked and hmac.compare_digest(self.token_digest, token_digest)
+
+    def revoke(self, actor: str, reason: str, trace_id: str = "") -> None:
+        if self.is_revoked:
+            raise UserError(f"user {self.name} is already revoked")
+        if not reason.strip():
+            raise UserError("revoking a user needs a reason")
+        self._revoked(actor, reason, trace_id)
+
+    @event("Revoked")
+    def _revoked(self, actor: str, reason: str, trace_id: str) -> None:
+        self.status = UserStatus.REVOKED
+        self.revoke_reason = reason

@@ -1,0 +1,254 @@
+"""Manual conflict decisions and cancellations (§11.3, §11.5), for the console and the CLI.
+
+Each command loads the case, re-reads the record's current revision on the shore target,
+lets the aggregate decide, and saves; the answer carries the position to wait on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import psycopg
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from tidesync.domain.change_event import RecordKey
+from tidesync.domain.conflict_case import (
+    ConflictCase,
+    ConflictRefusal,
+    ConflictRefused,
+    DecisionSide,
+)
+from tidesync.domain.evidence import EvidenceValueError, parse_record_key
+from tidesync.shore.apps import ConflictCases
+from tidesync.shore.target import TargetApplier, TargetError
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.codec import NameTable, WireError, event_from_wire
+
+DECISION_NAMESPACE = uuid.UUID("b4d07c2e-5a19-5e83-9f6b-1c3e7a2d4f80")
+
+Pool = ConnectionPool[psycopg.Connection[TupleRow]]
+
+
+class ConflictCommandError(Exception):
+    """A conflict command that could not be carried out; `code` is stable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConflictNotFound(ConflictCommandError):
+    def __init__(self) -> None:
+        super().__init__("NOT_FOUND", "no such conflict")
+
+
+class CaseChanged(ConflictCommandError):
+    """The case moved on since the caller looked (new evidence or another decision)."""
+
+    def __init__(self) -> None:
+        super().__init__("CASE_CHANGED", "the conflict changed meanwhile; reload and retry")
+
+
+class RevisionUnavailable(ConflictCommandError):
+    """The record's current revision could not be read, so nothing is decided blind."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__("REVISION_UNAVAILABLE", f"the current revision cannot be read: {why}")
+
+
+class RevisionReader(Protocol):
+    """Reads the record's current revision on the shore (None: the row does not exist).
+
+    Raises RevisionUnavailable when it cannot tell.
+    """
+
+    def current_revision(self, case: ConflictCase) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ConflictOutcome:
+    """A saved (or already recorded) command: the case as it now stands, and the position of
+    its newest event in the conflict_cases application."""
+
+    conflict_id: uuid.UUID
+    state: str
+    version: int
+    decision_id: str | None
+    position: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an approver asks for. `replacement` is the full new row (type-tagged values) for
+    REPLACEMENT; `decision_key` makes a retried request answer with the first one's result;
+    `expected_version` is the case version the approver looked at."""
+
+    conflict_id: uuid.UUID
+    side: DecisionSide
+    reason: str
+    actor: str
+    replacement: list[list[object]] | None = None
+    expected_version: int | None = None
+    decision_key: str | None = None
+    trace_id: str = ""
+
+
+class ConflictService:
+    def __init__(self, app: ConflictCases, revisions: RevisionReader,
+                 new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> None:
+        self.app = app
+        self.revisions = revisions
+        self.new_uuid = new_uuid
+
+    def case(self, conflict_id: uuid.UUID) -> ConflictCase:
+        try:
+            return self.app.get_case(conflict_id)
+        except AggregateNotFoundError:
+            raise ConflictNotFound() from None
+
+    def decide(self, decision: Decision) -> ConflictOutcome:
+        """Raises ConflictRefused (the case's rules) or ConflictCommandError."""
+        case = self.case(decision.conflict_id)
+        decision_id = self._decision_id(decision)
+        if case.decision is not None and case.decision.get("decision_id") == decision_id:
+            return self._outcome(case, None)  # The same request again: already recorded.
+        _check_version(case, decision.expected_version)
+        current = self.revisions.current_revision(case)
+        case.decide(decision_id, decision.side, decision.replacement, current,
+                    str(self.new_uuid()), decision.actor, decision.reason, decision.trace_id)
+        return self._save(case)
+
+    def cancel(self, conflict_id: uuid.UUID, actor: str, reason: str,
+               expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:
+        """Cancel the case and free its rule + record key for a new active conflict."""
+        case = self.case(conflict_id)
+        _check_version(case, expected_version)
+        case.cancel(actor, reason, trace_id)
+        return self._save(case, [("DELETE FROM active_conflict WHERE conflict_id = %s",
+                                  (case.id,))])
+
+    def _decision_id(self, decision: Decision) -> str:
+        if decision.decision_key is None:
+            return str(self.new_uuid())
+        name = f"{decision.conflict_id}\x1f{decision.decision_key}"
+        return str(uuid.uuid5(DECISION_NAMESPACE, name))
+
+    def _save(self, case: ConflictCase,
+              statements: Sequence[tuple[str, Sequence[object]]] = ()) -> ConflictOutcome:
+        try:
+            recordings = self.app.save(case, extra_statements=list(statements))
+        except IntegrityError:
+            raise CaseChanged() from None
+        return self._outcome(case, recordings[-1].notification.id)
+
+    def _outcome(self, case: ConflictCase, position: int | None) -> ConflictOutcome:
+        if position is None:
+            position = self.app.recorder.max_notification_id() or 0
+        decision_id = None if case.decision is None else str(case.decision["decision_id"])
+        return ConflictOutcome(case.id, case.state.value, case.version, decision_id, position)
+
+
+def _check_version(case: ConflictCase, expected: int | None) -> None:
+    if expected is not None and expected != case.version:
+        raise CaseChanged()
+
+
+# ----------------------------------------------------------------------------- revisions
+
+
+class PostgresRecordKeys:
+    """Finds a case's record key: in the record_head view, else in a received batch that
+    carried one of its events. Either way it must hash to the case's key digest."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    def record_key(self, case: ConflictCase) -> RecordKey:
+        for candidate in [*self._from_record_head(case), *self._from_inbox(case)]:
+            if _key_digest(case.rule_id, candidate) == case.key_digest:
+                return candidate
+        raise RevisionUnavailable("the record key is no longer on record")
+
+    def _from_record_head(self, case: ConflictCase) -> list[RecordKey]:
+        with self.pool.connection() as conn:
+            try:
+                rows = conn.execute(
+                    "SELECT record_key FROM record_head WHERE rule_id = %s AND key_digest = %s",
+                    (case.rule_id, case.key_digest)).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+        keys = []
+        for (text,) in rows:
+            try:
+                keys.append(parse_record_key(str(text)))
+            except EvidenceValueError:
+                continue
+        return keys
+
+    def _from_inbox(self, case: ConflictCase) -> list[RecordKey]:
+        for evidence in reversed(case.evidence):
+            with self.pool.connection() as conn:
+                row = conn.execute(
+                    "SELECT b.body, e.batch_index FROM inbox_event e"
+                    " JOIN inbox_batch b ON b.batch_ref = e.batch_ref"
+                    " WHERE e.origin_node_id = %s AND e.event_id = %s",
+                    (str(evidence["origin_node_id"]), uuid.UUID(str(evidence["event_id"])),
+                     )).fetchone()
+            if row is None:
+                continue
+            batch = pb.UploadBatch.FromString(bytes(row[0]))
+            try:
+                event = event_from_wire(batch.events[int(row[1])], NameTable(batch.strings),
+                                        batch_version=batch.protocol_version)
+            except WireError:
+                continue
+            return [event.record]
+        return []
+
+
+def _key_digest(rule_id: str, key: RecordKey) -> str:
+    return hashlib.sha256(f"{rule_id}\x1f{key.canonical()}".encode()).hexdigest()
+
+
+class TargetRevisionReader:
+    """Reads the current revision from the shore target itself (the record of truth), through
+    one applier connection shared under a lock; opened on first use."""
+
+    def __init__(self, open_applier: Callable[[], TargetApplier], keys: PostgresRecordKeys) -> None:
+        self._open_applier = open_applier
+        self._applier: TargetApplier | None = None
+        self._keys = keys
+        self._lock = threading.Lock()
+
+    def current_revision(self, case: ConflictCase) -> str | None:
+        key = self._keys.record_key(case)
+        with self._lock:
+            try:
+                if self._applier is None:
+                    self._applier = self._open_applier()
+                _, revision = self._applier.current_row(key.database, key.table, key.as_dict())
+            except (TargetError, ValueError) as error:
+                raise RevisionUnavailable(type(error).__name__) from error
+        return None if revision is None else revision.text
+
+    def close(self) -> None:
+        with self._lock:
+            if self._applier is not None:
+                self._applier.close()
+                self._applier = None
+
+
+__all__ = [
+    "CaseChanged", "ConflictCommandError", "ConflictNotFound", "ConflictOutcome",
+    "ConflictRefusal", "ConflictRefused", "ConflictService", "Decision", "PostgresRecordKeys",
+    "RevisionReader", "RevisionUnavailable", "TargetRevisionReader",
+]
