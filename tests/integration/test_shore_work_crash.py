@@ -95,3 +95,22 @@ def test_sigkill_between_target_commit_and_finalize(pg_database, shore_mariadb,
                                    " WHERE topic LIKE %s", ("%ApplyJob.TakenOver",))
         assert taken_over[0][0] >= 1
     conn.close()
+
+
+def test_jobs_cli_lists_dead_events_and_refuses_to_replay_malformed(pg_database, shore_mariadb):
+    env = worker_env(pg_database, shore_mariadb)
+    with migrated_pool(pg_database):
+        pass
+    listed = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "list", "--node",
+                             "nobody-here"], env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "every received event is applied" in listed.stdout
+    refused = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "replay", "--class",
+                              "MALFORMED", "--reason", "try"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "MALFORMED events are never replayed" in refused.stderr
+    unknown = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "replay", "--class",
+                              "BOGUS", "--reason", "try"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert unknown.returncode == 2 and "unknown class" in unknown.stderr
