@@ -9,23 +9,31 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment
 
-from tidesync.config import Config, EventStoreConfig, EventStoreKind
+from tidesync.config import Config, EventStoreConfig, EventStoreKind, TargetConfig
 
 if TYPE_CHECKING:
     from tidesync.ingress.routes import Ingress
+    from tidesync.ingress.stores import SyncTables
+    from tidesync.shore.target import TargetApplier
 
 
 def event_store_env(store: EventStoreConfig) -> dict[str, str]:
-    """The `eventsourcing` environment for the configured event store."""
+    """The `eventsourcing` environment for the configured event store.
+
+    On SQLite every application keeps its events in its own table of the one file (as on
+    PostgreSQL), beside tidesync's own tables.
+    """
     if store.kind is EventStoreKind.SQLITE:
+        from tidesync.sqlite_store import SQLITE_FACTORY_TOPIC
+
         Path(store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         return {
-            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "PERSISTENCE_MODULE": SQLITE_FACTORY_TOPIC,
             "SQLITE_DBNAME": store.sqlite_path,
             "SQLITE_LOCK_TIMEOUT": "10",
         }
@@ -82,17 +90,16 @@ def build_ingress(
     monotonic: Callable[[], float] = time.monotonic, sync_conninfo: str | None = None,
 ) -> Ingress:
     """The /sync/v1 API on the configured stores: nodes in the event store, the sync tables
-    (inbox, request ids, receipts, heartbeats) in its PostgreSQL database.
+    (inbox, request ids, receipts, heartbeats) beside it, in its PostgreSQL database or its
+    SQLite file.
 
-    The sync tables need PostgreSQL; on the SQLite event store the endpoints answer 503.
-    `sync_conninfo` points the sync tables elsewhere (tests).
+    `sync_conninfo` points the sync tables at another PostgreSQL database (tests).
     """
     from tidesync.ingress.auth import IdentitySource
-    from tidesync.ingress.database import open_pool
     from tidesync.ingress.limits import Limits, RequestLimiter
     from tidesync.ingress.master_key import SecretBox, load_master_key
     from tidesync.ingress.nodes import NodeDirectory, NodesApplication
-    from tidesync.ingress.routes import Ingress, IngressSettings, SyncTables
+    from tidesync.ingress.routes import Ingress, IngressSettings
 
     shore = config.shore
     env = event_store_env(config.event_store)
@@ -104,16 +111,54 @@ def build_ingress(
         shore.node_requests_per_second, shore.node_request_burst,
         shore.node_max_concurrent_requests, shore.max_in_flight_requests,
     ), monotonic)
-    if sync_conninfo is None and config.event_store.kind is EventStoreKind.POSTGRES:
-        sync_conninfo = postgres_conninfo(config.event_store)
-    tables = None if sync_conninfo is None else SyncTables.on(open_pool(
-        sync_conninfo, shore.database_pool_size, shore.database_timeout_seconds,
-    ))
     return Ingress(
         IngressSettings.of(shore), directory, limiter,
-        IdentitySource.of(shore.client_identity_header, shore.trusted_proxies), tables,
-        clock or _utc_now,
+        IdentitySource.of(shore.client_identity_header, shore.trusted_proxies),
+        build_sync_tables(config, sync_conninfo), clock or _utc_now,
     )
+
+
+def build_sync_tables(config: Config, sync_conninfo: str | None = None) -> SyncTables[Any]:
+    """The sync tables of the configured event store: PostgreSQL (or `sync_conninfo`) when the
+    event store is PostgreSQL, else the event store's SQLite file."""
+    from tidesync.ingress.stores import SyncTables
+
+    shore = config.shore
+    store = config.event_store
+    if sync_conninfo is None and store.kind is EventStoreKind.SQLITE:
+        from tidesync.ingress.database import SQLiteSyncDatabase
+        from tidesync.ingress.heartbeats import SQLiteHeartbeats
+        from tidesync.ingress.inbox import SQLiteInbox
+        from tidesync.ingress.nonces import SQLiteNonceStore
+        from tidesync.ingress.receipts import SQLiteReceiptsView
+
+        Path(store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        database = SQLiteSyncDatabase(store.sqlite_path, shore.database_pool_size,
+                                      shore.database_timeout_seconds)
+        return SyncTables(database, SQLiteNonceStore(database), SQLiteInbox(database),
+                          SQLiteReceiptsView(database), SQLiteHeartbeats(database))
+    from tidesync.ingress.database import PostgresSyncDatabase, open_pool
+    from tidesync.ingress.heartbeats import PostgresHeartbeats
+    from tidesync.ingress.inbox import PostgresInbox
+    from tidesync.ingress.nonces import PostgresNonceStore
+    from tidesync.ingress.receipts import PostgresReceiptsView
+
+    pool = open_pool(sync_conninfo or postgres_conninfo(store), shore.database_pool_size,
+                     shore.database_timeout_seconds)
+    return SyncTables(PostgresSyncDatabase(pool), PostgresNonceStore(pool), PostgresInbox(pool),
+                      PostgresReceiptsView(pool), PostgresHeartbeats(pool))
+
+
+def build_target_applier(target: TargetConfig) -> TargetApplier:
+    """The `[target]` business database: the SQLite file `target.sqlite_path` when set, else
+    the MySQL server."""
+    if target.sqlite_path:
+        from tidesync.shore.target_sqlite import SQLiteTargetApplier
+
+        return SQLiteTargetApplier(target.sqlite_path, node_id=target.node_id)
+    from tidesync.shore.target_mysql import MySQLTargetApplier
+
+    return MySQLTargetApplier.from_config(target)
 
 
 def _utc_now() -> dt.datetime:

@@ -18,6 +18,9 @@ COMMAND_MODULES = (
     "tidesync.shore.commands",
     "tidesync.ingress.commands",
     "tidesync.shore.target_commands",
+    "tidesync.ship.commands",
+    "tidesync.projections.commands",
+    "tidesync.graphql.commands",
 )
 """Modules that add subcommands: each has `register_commands(commands)`."""
 

@@ -136,10 +136,13 @@ class ShipConfig:
     batch_max_events: int = 500
     batch_max_bytes: int = 4 * 1024 * 1024
     zstd_level: int = 3
+    # The uplink token bucket (§13.1) over compressed bytes on the wire; 0 = no limit.
+    uplink_rate_bytes_per_sec: int = 0
+    uplink_burst_bytes: int = 1024 * 1024
     # Bounded memory: events held for sending per partition and in all, and records read
     # but not yet terminal per partition (the consumer pauses a partition beyond it).
-    send_window_events: int = 2000
-    send_window_total_events: int = 20000
+    send_window_events: int = 1000
+    send_window_total_events: int = 5000
     max_open_per_partition: int = 100_000
     request_timeout_seconds: int = 60
     receipts_page_size: int = 500
@@ -165,6 +168,8 @@ class ShipConfig:
                      "receipts_interval_seconds", "heartbeat_interval_seconds"):
             if getattr(self, name) < 1:
                 problems.append(f"ship.{name}: must be >= 1")
+        if self.uplink_rate_bytes_per_sec < 0 or self.uplink_burst_bytes < 1:
+            problems.append("ship.uplink_rate_bytes_per_sec: must be >= 0 (with a burst >= 1)")
         if self.receipts_page_size > 1000:
             problems.append("ship.receipts_page_size: must be <= 1000")
         try:
@@ -186,7 +191,7 @@ class ShipConfig:
 
 @dataclass(frozen=True)
 class TargetConfig:
-    """The business MySQL the shore applies changes to, and this node's id on its rows."""
+    """The business database the shore applies changes to, and this node's id on its rows."""
 
     host: str = "127.0.0.1"
     port: int = 3306
@@ -194,6 +199,9 @@ class TargetConfig:
     password: str = field(default="", metadata={"secret": True})
     database: str = ""
     node_id: str = "shore"
+    # The embedded default's business database: when set, the target is this SQLite file
+    # (every source database maps to its main database) and the MySQL settings are unused.
+    sqlite_path: str = ""
 
     def validate(self) -> list[str]:
         problems = []
@@ -205,15 +213,140 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class ConsoleConfig:
+    """The GraphQL console at /graphql: what it lets clients see and the limits of a request."""
+
+    # Schema listing (introspection and the GraphiQL page) is off unless switched on.
+    introspection: bool = False
+    # Per request: selection depth, aliases (counted through fragments), estimated cost (each
+    # field 1, times the page size of the lists it sits in), parser tokens, body bytes.
+    max_depth: int = 10
+    max_aliases: int = 15
+    max_cost: int = 20_000
+    max_tokens: int = 2_000
+    max_body_bytes: int = 64 * 1024
+    # Page sizes: what a list returns unless `first` says otherwise, and the largest allowed.
+    default_page_size: int = 50
+    max_page_size: int = 200
+    # How long a read waits for the read models to pass a position it names (read your
+    # writes), and how long an authenticated token is trusted before its user is read again
+    # (a revoke takes effect within that).
+    wait_timeout_ms: int = 5_000
+    auth_cache_ms: int = 2_000
+    # Evidence columns whose values only auditors and admins see: comma-separated
+    # db.table.column patterns with shell wildcards (e.g. "crew.*.passport_no").
+    sensitive_columns: str = ""
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("max_depth", "max_aliases", "max_cost", "max_tokens", "max_body_bytes",
+                     "default_page_size", "max_page_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"console.{name}: must be >= 1")
+        for name in ("wait_timeout_ms", "auth_cache_ms"):
+            if getattr(self, name) < 0:
+                problems.append(f"console.{name}: must be >= 0")
+        if self.max_page_size > 1000:
+            problems.append("console.max_page_size: must be <= 1000")
+        if self.default_page_size > self.max_page_size:
+            problems.append("console.default_page_size: must be <= max_page_size")
+        for item in filter(None, (c.strip() for c in self.sensitive_columns.split(","))):
+            if item.count(".") != 2:
+                problems.append(f"console.sensitive_columns: {item!r} is not db.table.column")
+        return problems
+
+
+class CaptureSource(enum.StrEnum):
+    """Where built-in capture reads row changes: a MySQL/MariaDB binlog or a SQLite changelog."""
+
+    MYSQL = "mysql"
+    SQLITE = "sqlite"
+
+
+class CaptureStart(enum.StrEnum):
+    """Where binlog capture starts when it has no saved position yet."""
+
+    CURRENT = "current"
+    EARLIEST = "earliest"
+
+
+_TOPIC_NAME_PART = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """Built-in capture (`tidesync ship capture`): its source, its topics and its position file.
+
+    Topics are `<topic_prefix>.<logical_name>.<database>.<table>`; the logical name defaults to
+    ship.node_id. The broker defaults to ship.kafka_bootstrap_servers.
+    """
+
+    source: CaptureSource = CaptureSource.SQLITE
+    logical_name: str = ""
+    topic_prefix: str = "sync.cdc"
+    kafka_bootstrap_servers: str = ""
+    # Topics are created when missing (tansu and Redpanda may not auto-create them).
+    topic_partitions: int = 1
+    topic_replication_factor: int = 1
+    # A delete is followed by a tombstone (same key, null value), as Debezium does by default.
+    tombstones_on_delete: bool = True
+    # The resume position (SQLite, WAL, synchronous=FULL), saved after each flushed batch.
+    position_path: str = "tidesync-data/capture-position.sqlite"
+    batch_max_records: int = 2000
+    flush_interval_ms: int = 500
+    # MySQL / MariaDB binlog source: a replication account, a replica server id unique among the
+    # server's replicas, the databases (comma-separated) and optionally only some of their tables
+    # (comma-separated db.table).
+    mysql_host: str = "127.0.0.1"
+    mysql_port: int = 3306
+    mysql_user: str = "tidesync_capture"
+    mysql_password: str = field(default="", metadata={"secret": True})
+    server_id: int = 0
+    databases: str = ""
+    tables: str = ""
+    start_from: CaptureStart = CaptureStart.CURRENT
+    heartbeat_seconds: int = 1
+    # SQLite source: the business database file, how often the changelog is polled, and how many
+    # published changelog rows to keep for diagnosis.
+    sqlite_path: str = "tidesync-data/ship-business.sqlite"
+    sqlite_poll_interval_ms: int = 200
+    changelog_keep_rows: int = 0
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("topic_partitions", "topic_replication_factor", "batch_max_records",
+                     "flush_interval_ms", "heartbeat_seconds", "sqlite_poll_interval_ms"):
+            if getattr(self, name) < 1:
+                problems.append(f"capture.{name}: must be >= 1")
+        if self.changelog_keep_rows < 0:
+            problems.append("capture.changelog_keep_rows: must be >= 0")
+        if not 1 <= self.mysql_port <= 65535:
+            problems.append("capture.mysql_port: must be 1..65535")
+        if not 0 <= self.server_id <= 4_294_967_295:
+            problems.append("capture.server_id: must be 0..4294967295")
+        for name in ("logical_name", "topic_prefix"):
+            value = getattr(self, name)
+            if value and not _TOPIC_NAME_PART.fullmatch(value):
+                problems.append(f"capture.{name}: only letters, digits, '.', '_' and '-'")
+        for item in filter(None, (t.strip() for t in self.tables.split(","))):
+            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
+                problems.append(f"capture.tables: {item!r} is not db.table")
+        return problems
+
+
+@dataclass(frozen=True)
 class Config:
     shore: ShoreConfig = field(default_factory=ShoreConfig)
     ship: ShipConfig = field(default_factory=ShipConfig)
     event_store: EventStoreConfig = field(default_factory=EventStoreConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
-                + self.target.validate())
+                + self.target.validate() + self.console.validate()
+                + self.capture.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""

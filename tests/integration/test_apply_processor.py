@@ -228,14 +228,15 @@ def test_exhausted_retries_go_dead_and_an_operator_replays_them(shore, target_db
     blocker.rollback()
     blocker.close()
     assert inbox_states(shore[0], ship.node_id)[update.event_id] == ("DEAD", None)
-    summary = summarize(shore[0], ship.node_id)
+    queue = PostgresWorkQueue(shore[0])
+    summary = summarize(queue, ship.node_id)
     assert [(r.state, r.error_class, r.events) for r in summary] == [("DEAD", "EXHAUSTED", 1)]
     clock.advance(3600)
     assert processor.run_once() == 0  # a dead event holds its partition
 
     with pytest.raises(ReplayRefused):
-        replay(shore[0], shore[1].apply_jobs, ErrorClass.MALFORMED, "op", "why", ship.node_id)
-    assert replay(shore[0], shore[1].apply_jobs, ErrorClass.EXHAUSTED, "alice",
+        replay(queue, shore[1].apply_jobs, ErrorClass.MALFORMED, "op", "why", ship.node_id)
+    assert replay(queue, shore[1].apply_jobs, ErrorClass.EXHAUSTED, "alice",
                   "lock released", ship.node_id) == 1
     assert drain(processor) == 1
     assert items(conn)[1][1] == 9

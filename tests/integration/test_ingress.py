@@ -14,7 +14,6 @@ import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -597,19 +596,6 @@ def test_event_store_down_answers_503(database: PostgresDatabase, clock: FakeClo
         client = SyncClient(url, PREFIX + "anything", os.urandom(32), clock)
         answer = client.heartbeat(heartbeat(PREFIX + "anything", clock()))
         assert answer.status == 503 and answer.headers["retry-after"] == "5"
-
-
-def test_without_postgres_the_sync_api_says_so(tmp_path: Path, clock: FakeClock) -> None:
-    """The embedded default (SQLite event store) has no sync tables: 503 with a reason."""
-    config = Config(shore=ShoreConfig(master_key=MASTER_KEY), event_store=EventStoreConfig(
-        kind=EventStoreKind.SQLITE, sqlite_path=str(tmp_path / "events.sqlite")))
-    with node_service(config) as service:
-        secret = service.register("it-ingress-sqlite", ACTOR, clock()).secret
-    with running(config, clock) as url:
-        client = SyncClient(url, "it-ingress-sqlite", secret, clock)
-        answer = client.heartbeat(heartbeat("it-ingress-sqlite", clock()))
-        assert (answer.status, answer.error().reason_code) == (503, "SYNC_STORE_NOT_CONFIGURED")
-        assert send(url, "GET", "/healthz", b"", {}).status == 200
 
 
 def test_health_and_version_still_answer(ship: Ship) -> None:

@@ -1,8 +1,9 @@
-"""Durable receive (§10.2): one PostgreSQL transaction stores a batch's new events, and RECEIVED
-is answered only after it commits. A re-sent event is compared with the stored one.
+"""Durable receive (§10.2): one transaction stores a batch's new events, and RECEIVED is
+answered only after it commits. A re-sent event is compared with the stored one.
 
 New events are not decoded here: their index columns come straight from the Protobuf message,
-and the apply processor decodes each one from the stored batch body.
+and the apply processor decodes each one from the stored batch body. The rules are shared;
+`PostgresInbox` and `SQLiteInbox` differ only in their statements.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import enum
 import hashlib
 import json
 import logging
+import sqlite3
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from psycopg_pool import ConnectionPool
 
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.values import Row, canonical_value
-from tidesync.ingress.database import Connection, transaction
+from tidesync.ingress.database import Connection, SQLiteSyncDatabase, transaction
 from tidesync.ingress.receipts import result_code
+from tidesync.sqlite_store import moment_from_text, moment_text
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
     SUPPORTED_MAJORS,
@@ -74,6 +78,42 @@ _INSERT_REJECTIONS = (
     " content_digest, recorded_at) VALUES (%s, %s, %s, %s, %s, %s)"
 )
 
+# The SQLite twins. Arrays travel as one JSON parameter: one statement inserts the batch's
+# events and answers which were new (the body follows in the same transaction).
+_SQLITE_INSERT_EVENTS = (
+    "INSERT INTO inbox_event (origin_node_id, event_id, batch_ref, batch_index, source_topic,"
+    " source_partition, source_position, source_sequence, replay_epoch, received_at)"
+    " SELECT ?1, json_extract(e.value, '$[0]'), ?2, json_extract(e.value, '$[1]'),"
+    " json_extract(e.value, '$[2]'), json_extract(e.value, '$[3]'),"
+    " json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),"
+    " json_extract(e.value, '$[6]'), ?3 FROM json_each(?4) AS e WHERE true"
+    " ON CONFLICT (origin_node_id, event_id) DO NOTHING"
+    " RETURNING batch_index"
+)
+_SQLITE_INSERT_BODY = (
+    "INSERT INTO inbox_batch (batch_ref, origin_node_id, client_batch_id, body, event_count,"
+    " received_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_SQLITE_SELECT_EXISTING = (
+    "SELECT e.event_id, e.batch_ref, e.batch_index, e.state, e.result, e.reason_code,"
+    " e.source_topic, e.source_partition, e.source_position,"
+    " r.result, r.reason_code, r.conflict_id, r.result_revision, r.decided_at"
+    " FROM inbox_event e LEFT JOIN receipt r ON r.seq = ("
+    "   SELECT max(seq) FROM receipt"
+    "   WHERE receipt.origin_node_id = e.origin_node_id AND receipt.event_id = e.event_id)"
+    " WHERE e.origin_node_id = ? AND e.event_id IN (SELECT value FROM json_each(?))"
+)
+_SQLITE_SELECT_BODIES = (
+    "SELECT batch_ref, body FROM inbox_batch WHERE batch_ref IN (SELECT value FROM json_each(?))"
+)
+_SQLITE_INSERT_REJECTIONS = (
+    "INSERT INTO receive_rejection (origin_node_id, event_id, reason_code, detail,"
+    " content_digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+C = TypeVar("C")
+"""A connection inside the receiving transaction."""
+
 
 class ReceiveReason(enum.StrEnum):
     """Per-event reason codes of an upload answer."""
@@ -119,23 +159,10 @@ class _Stored:
     result: pb.EventResult | None
 
 
-class PostgresInbox:
-    """The `inbox_event` / `inbox_batch` tables (migrations 0001)."""
+class _ReceivingInbox(ABC, Generic[C]):
+    """The rules of durable receive; subclasses supply the statements of their database."""
 
-    def __init__(self, pool: ConnectionPool[Connection]) -> None:
-        self.pool = pool
-
-    def receive(self, node_id: str, raw: bytes, batch: pb.UploadBatch,
-                now: dt.datetime) -> pb.UploadBatchResponse:
-        """Store the batch's new events and its body in one transaction; answer per event.
-
-        `raw` is the verified, decompressed body of `batch`; `node_id` the authenticated node.
-        Raises StoreUnavailable when PostgreSQL fails (then nothing counts as received).
-        """
-        with transaction(self.pool) as conn:
-            return self._receive(conn, node_id, raw, batch, now)
-
-    def _receive(self, conn: Connection, node_id: str, raw: bytes, batch: pb.UploadBatch,
+    def _receive(self, conn: C, node_id: str, raw: bytes, batch: pb.UploadBatch,
                  now: dt.datetime) -> pb.UploadBatchResponse:
         """`receive` inside the caller's transaction: the answer holds once it commits."""
         screened = _screen(node_id, batch)
@@ -146,21 +173,8 @@ class PostgresInbox:
         self._record_refusals(conn, node_id, batch, screened.refused, now)
         return _response(batch, screened, answers, now)
 
-    def _insert(self, conn: Connection, node_id: str, raw: bytes, batch: pb.UploadBatch,
-                screened: _Screened, now: dt.datetime) -> set[int]:
-        if not screened.indexes:
-            return set()
-        rows = conn.execute(_INSERT_EVENTS, {
-            "node": node_id, "batch_ref": uuid.uuid4(), "now": now, "ids": screened.ids,
-            "indexes": screened.indexes, "topics": screened.topics,
-            "partitions": screened.partitions, "positions": screened.positions,
-            "sequences": screened.sequences, "epochs": screened.epochs,
-            "client_batch_id": batch.batch_id, "body": raw, "event_count": len(batch.events),
-        }).fetchall()
-        return {row[0] for row in rows}
-
     def _compare_existing(
-        self, conn: Connection, node_id: str, batch: pb.UploadBatch, indexes: list[int],
+        self, conn: C, node_id: str, batch: pb.UploadBatch, indexes: list[int],
         screened: _Screened,
     ) -> dict[int, pb.EventReceiveStatus]:
         """The answer for each already stored event: its recorded state if the content is the
@@ -169,7 +183,7 @@ class PostgresInbox:
             return {}
         ids = {uuid.UUID(bytes=batch.events[i].event_id): i for i in indexes}
         stored = self._stored(conn, node_id, list(ids))
-        bodies = _bodies(conn, {s.batch_ref for s in stored.values()})
+        bodies = _parsed_bodies(self._bodies(conn, {s.batch_ref for s in stored.values()}))
         incoming_names = NameTable(batch.strings)
         answers: dict[int, pb.EventReceiveStatus] = {}
         for event_id, index in ids.items():
@@ -195,10 +209,65 @@ class PostgresInbox:
                                            incoming_names, batch.protocol_version)
         return answers
 
+    @abstractmethod
+    def _insert(self, conn: C, node_id: str, raw: bytes, batch: pb.UploadBatch,
+                screened: _Screened, now: dt.datetime) -> set[int]:
+        """Insert the screened events (and the body if any is new); the new batch indexes."""
+
+    @abstractmethod
+    def _stored(self, conn: C, node_id: str,
+                ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
+        """The stored events among `ids`, with their results."""
+
+    @abstractmethod
+    def _bodies(self, conn: C, refs: set[uuid.UUID]) -> list[tuple[uuid.UUID, bytes]]:
+        """The stored batch bodies among `refs` (those past retention are missing)."""
+
+    @abstractmethod
+    def _record_refusals(self, conn: C, node_id: str, batch: pb.UploadBatch,
+                         refused: dict[int, Refusal], now: dt.datetime) -> None:
+        """Keep the refused events' reasons and digests for operators."""
+
+
+class PostgresInbox(_ReceivingInbox[Connection]):
+    """The `inbox_event` / `inbox_batch` tables (migrations 0001)."""
+
+    def __init__(self, pool: ConnectionPool[Connection]) -> None:
+        self.pool = pool
+
+    def receive(self, node_id: str, raw: bytes, batch: pb.UploadBatch,
+                now: dt.datetime) -> pb.UploadBatchResponse:
+        """Store the batch's new events and its body in one transaction; answer per event.
+
+        `raw` is the verified, decompressed body of `batch`; `node_id` the authenticated node.
+        Raises StoreUnavailable when PostgreSQL fails (then nothing counts as received).
+        """
+        with transaction(self.pool) as conn:
+            return self._receive(conn, node_id, raw, batch, now)
+
+    def _insert(self, conn: Connection, node_id: str, raw: bytes, batch: pb.UploadBatch,
+                screened: _Screened, now: dt.datetime) -> set[int]:
+        if not screened.indexes:
+            return set()
+        rows = conn.execute(_INSERT_EVENTS, {
+            "node": node_id, "batch_ref": uuid.uuid4(), "now": now, "ids": screened.ids,
+            "indexes": screened.indexes, "topics": screened.topics,
+            "partitions": screened.partitions, "positions": screened.positions,
+            "sequences": screened.sequences, "epochs": screened.epochs,
+            "client_batch_id": batch.batch_id, "body": raw, "event_count": len(batch.events),
+        }).fetchall()
+        return {row[0] for row in rows}
+
     def _stored(self, conn: Connection, node_id: str,
                 ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
         rows = conn.execute(_SELECT_EXISTING, (node_id, ids)).fetchall()
         return {row[0]: _Stored(row[1], row[2], _stored_result(row)) for row in rows}
+
+    def _bodies(self, conn: Connection, refs: set[uuid.UUID]) -> list[tuple[uuid.UUID, bytes]]:
+        if not refs:
+            return []
+        return conn.execute("SELECT batch_ref, body FROM inbox_batch WHERE batch_ref = ANY(%s)",
+                            (list(refs),)).fetchall()
 
     def _record_refusals(self, conn: Connection, node_id: str, batch: pb.UploadBatch,
                          refused: dict[int, Refusal], now: dt.datetime) -> None:
@@ -210,6 +279,83 @@ class PostgresInbox:
                  r.digest, now)
                 for i, r in refused.items()
             ])
+
+
+class SQLiteInbox(_ReceivingInbox[sqlite3.Connection]):
+    """The SQLite twin of PostgresInbox (migrations sqlite/0001): the same rules and answers;
+    the receiving transaction holds the file's write lock (`BEGIN IMMEDIATE`)."""
+
+    def __init__(self, database: SQLiteSyncDatabase) -> None:
+        self.database = database
+
+    def receive(self, node_id: str, raw: bytes, batch: pb.UploadBatch,
+                now: dt.datetime) -> pb.UploadBatchResponse:
+        """Store the batch's new events and its body in one transaction; answer per event.
+
+        Raises StoreUnavailable when SQLite is busy or failing (then nothing counts as
+        received)."""
+        with self.database.transaction() as conn:
+            return self._receive(conn, node_id, raw, batch, now)
+
+    def _insert(self, conn: sqlite3.Connection, node_id: str, raw: bytes,
+                batch: pb.UploadBatch, screened: _Screened, now: dt.datetime) -> set[int]:
+        if not screened.indexes:
+            return set()
+        batch_ref, received_at = str(uuid.uuid4()), moment_text(now)
+        rows = json.dumps([
+            [str(event_id), index, topic, partition, position, sequence, epoch]
+            for event_id, index, topic, partition, position, sequence, epoch in zip(
+                screened.ids, screened.indexes, screened.topics, screened.partitions,
+                screened.positions, screened.sequences, screened.epochs, strict=True)
+        ])
+        new = {row[0] for row in conn.execute(
+            _SQLITE_INSERT_EVENTS, (node_id, batch_ref, received_at, rows)).fetchall()}
+        if new:
+            conn.execute(_SQLITE_INSERT_BODY, (batch_ref, node_id, batch.batch_id, raw,
+                                               len(batch.events), received_at))
+        return new
+
+    def _stored(self, conn: sqlite3.Connection, node_id: str,
+                ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
+        rows = conn.execute(_SQLITE_SELECT_EXISTING,
+                            (node_id, json.dumps([str(i) for i in ids]))).fetchall()
+        stored: dict[uuid.UUID, _Stored] = {}
+        for row in rows:
+            typed = _typed_sqlite_row(row)
+            stored[typed[0]] = _Stored(typed[1], typed[2], _stored_result(typed))
+        return stored
+
+    def _bodies(self, conn: sqlite3.Connection,
+                refs: set[uuid.UUID]) -> list[tuple[uuid.UUID, bytes]]:
+        if not refs:
+            return []
+        rows = conn.execute(_SQLITE_SELECT_BODIES, (json.dumps([str(r) for r in refs]),))
+        return [(uuid.UUID(ref), body) for ref, body in rows.fetchall()]
+
+    def _record_refusals(self, conn: sqlite3.Connection, node_id: str, batch: pb.UploadBatch,
+                         refused: dict[int, Refusal], now: dt.datetime) -> None:
+        if not refused:
+            return
+        recorded_at = moment_text(now)
+        conn.executemany(_SQLITE_INSERT_REJECTIONS, [
+            (node_id, _optional_text(_event_uuid(batch.events[i].event_id)), r.reason.value,
+             r.detail, r.digest, recorded_at)
+            for i, r in refused.items()
+        ])
+
+
+def _typed_sqlite_row(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A row of _SQLITE_SELECT_EXISTING with the types PostgreSQL returns (UUIDs, times)."""
+    (event_id, batch_ref, batch_index, state, inbox_result, inbox_reason, topic, partition,
+     position, result, reason, conflict_id, revision, decided_at) = row
+    return (uuid.UUID(event_id), uuid.UUID(batch_ref), batch_index, state, inbox_result,
+            inbox_reason, topic, partition, position, result, reason,
+            None if conflict_id is None else uuid.UUID(conflict_id), revision,
+            None if decided_at is None else moment_from_text(decided_at))
+
+
+def _optional_text(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
 
 
 # ----------------------------------------------------------------------------- screening
@@ -298,11 +444,7 @@ def _check_repeats(node_id: str, batch: pb.UploadBatch, screened: _Screened) -> 
 # ----------------------------------------------------------------------------- comparing
 
 
-def _bodies(conn: Connection, refs: set[uuid.UUID]) -> dict[uuid.UUID, pb.UploadBatch]:
-    if not refs:
-        return {}
-    rows = conn.execute("SELECT batch_ref, body FROM inbox_batch WHERE batch_ref = ANY(%s)",
-                        (list(refs),)).fetchall()
+def _parsed_bodies(rows: list[tuple[uuid.UUID, bytes]]) -> dict[uuid.UUID, pb.UploadBatch]:
     out: dict[uuid.UUID, pb.UploadBatch] = {}
     for ref, body in rows:
         try:

@@ -1,7 +1,8 @@
 """The /sync/v1 endpoints. Every request passes the same gate: global in-flight cap, signature,
 client identity, per-node rate and concurrency, bounded body read, body digest, replay check.
 
-Blocking work (PostgreSQL, the event store, decompression) runs in the thread pool.
+Blocking work (the sync tables, the event store, decompression) runs in the thread pool. The
+routes see the tables only through the protocols of `tidesync.ingress.stores`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from google.protobuf.message import Message
-from psycopg_pool import ConnectionPool
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -34,15 +33,13 @@ from tidesync.ingress.auth import (
     check_timestamp,
     signed_request,
 )
-from tidesync.ingress.database import Connection, StoreUnavailable, transaction
-from tidesync.ingress.heartbeats import BadHeartbeat, PostgresHeartbeats
-from tidesync.ingress.inbox import PostgresInbox
+from tidesync.ingress.database import StoreUnavailable
+from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.master_key import MasterKeyError
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory, NodeStoreUnavailable
-from tidesync.ingress.nonces import PostgresNonceStore
-from tidesync.ingress.receipts import BadPageRequest, PostgresReceiptsView, page_request
-from tidesync.migrations import MigrationError, migrate_postgres
+from tidesync.ingress.receipts import BadPageRequest, page_request
+from tidesync.ingress.stores import SyncTables
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
@@ -98,22 +95,6 @@ class IngressSettings:
                    shore.heartbeat_interval_seconds)
 
 
-@dataclass
-class SyncTables:
-    """The PostgreSQL side of the sync API, sharing one pool."""
-
-    pool: ConnectionPool[Connection]
-    nonces: PostgresNonceStore
-    inbox: PostgresInbox
-    receipts: PostgresReceiptsView
-    heartbeats: PostgresHeartbeats
-
-    @classmethod
-    def on(cls, pool: ConnectionPool[Connection]) -> SyncTables:
-        return cls(pool, PostgresNonceStore(pool), PostgresInbox(pool),
-                   PostgresReceiptsView(pool), PostgresHeartbeats(pool))
-
-
 @dataclass(frozen=True)
 class Call:
     """An authenticated request: who sent it, its body, and the server time it arrived."""
@@ -125,18 +106,18 @@ class Call:
     now: dt.datetime
 
 
-Store = Callable[[Connection], Message]
-"""A request's writes and answer, run inside its transaction."""
+Store = Callable[[Any], Message]
+"""A request's writes and answer, run inside its transaction (given its connection)."""
 Handler = Callable[[Call], Store]
 """Checks and decodes a request (in the thread pool, before any transaction opens)."""
 
 
 class Ingress:
-    """The sync API: its routes and the parts they use. `close()` releases the pool."""
+    """The sync API: its routes and the parts they use. `close()` releases the database."""
 
     def __init__(self, settings: IngressSettings, directory: NodeDirectory,
-                 limiter: RequestLimiter, identity: IdentitySource, tables: SyncTables | None,
-                 clock: Clock) -> None:
+                 limiter: RequestLimiter, identity: IdentitySource,
+                 tables: SyncTables[Any] | None, clock: Clock) -> None:
         self.settings, self.directory, self.limiter = settings, directory, limiter
         self.identity, self.tables, self.clock = identity, tables, clock
 
@@ -151,20 +132,15 @@ class Ingress:
         ]
 
     def start(self) -> None:
-        """Open the pool and bring the schema up to date (blocking). PostgreSQL being down is
+        """Connect and bring the schema up to date (blocking). The database being down is
         logged, not fatal: requests answer 503 until it is back."""
-        if self.tables is None:
-            return
-        self.tables.pool.open(wait=False)
-        try:
-            migrate_postgres(str(self.tables.pool.conninfo))
-        except (psycopg.OperationalError, MigrationError) as error:
-            log.warning("sync tables not migrated at startup: %s", type(error).__name__)
+        if self.tables is not None:
+            self.tables.database.start()
 
     def close(self) -> None:
         self.directory.close()
         if self.tables is not None:
-            self.tables.pool.close()
+            self.tables.database.close()
 
     # ------------------------------------------------------------------------ handlers
 
@@ -195,7 +171,7 @@ class Ingress:
         _check_sender(heartbeat.node_id, call)
         heartbeats = self._tables().heartbeats
 
-        def store(conn: Connection) -> Message:
+        def store(conn: Any) -> Message:
             try:
                 heartbeats._record(conn, call.node_id, heartbeat, call.now)
             except BadHeartbeat as error:
@@ -205,10 +181,10 @@ class Ingress:
                 next_interval_seconds=self.settings.heartbeat_interval_seconds)
         return store
 
-    def _tables(self) -> SyncTables:
+    def _tables(self) -> SyncTables[Any]:
         if self.tables is None:
             raise IngressError(503, IngressReason.SYNC_STORE_NOT_CONFIGURED,
-                               "the sync API needs event_store.kind = postgres", 60)
+                               "the sync API has no tables configured", 60)
         return self.tables
 
     # ------------------------------------------------------------------------ the gate
@@ -243,7 +219,7 @@ class Ingress:
         store = handler(call)
         # One transaction: the request id counts as used only if the request's own writes
         # commit (a request that failed may be retried as it was), and costs no extra commit.
-        with transaction(tables.pool) as conn:
+        with tables.database.transaction() as conn:
             check_not_replayed(call.signed, tables.nonces.within(conn), call.now,
                                self.settings.window)
             return store(conn)

@@ -61,16 +61,13 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_work(args: argparse.Namespace) -> int:
+    from tidesync.bootstrap import build_target_applier
     from tidesync.shore.processor import ProcessorSettings
-    from tidesync.shore.target_mysql import MySQLTargetApplier
     from tidesync.shore.worker import build_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = _config(args)
-    target = config.target
-    applier = MySQLTargetApplier(host=target.host, port=target.port, user=target.user,
-                                 password=target.password, node_id=target.node_id,
-                                 database=target.database or None)
+    applier = build_target_applier(config.target)
     settings = ProcessorSettings(max_events_per_job=config.shore.apply_max_events_per_job,
                                  chunk_size=config.shore.apply_chunk_size,
                                  lease_seconds=config.shore.apply_lease_seconds)
@@ -93,10 +90,13 @@ def _run_work(args: argparse.Namespace) -> int:
 
 def _run_jobs_list(args: argparse.Namespace) -> int:
     from tidesync.shore.jobs import summarize
-    from tidesync.shore.worker import open_pool
+    from tidesync.shore.worker import open_work_queue
 
-    with open_pool(_config(args)) as pool:
-        rows = summarize(pool, args.node)
+    queue = open_work_queue(_config(args))
+    try:
+        rows = summarize(queue, args.node)
+    finally:
+        queue.close()
     if not rows:
         print("every received event is applied")
         return 0
@@ -111,7 +111,7 @@ def _run_jobs_replay(args: argparse.Namespace) -> int:
     from tidesync.bootstrap import event_store_env
     from tidesync.domain.apply_job import ErrorClass
     from tidesync.shore.jobs import ReplayRefused, replay
-    from tidesync.shore.worker import ShoreApps, open_pool
+    from tidesync.shore.worker import ShoreApps, open_work_queue
 
     try:
         error_class = ErrorClass(args.error_class.upper())
@@ -119,15 +119,16 @@ def _run_jobs_replay(args: argparse.Namespace) -> int:
         print(f"tidesync: unknown class {args.error_class!r}", file=sys.stderr)
         return 2
     config = _config(args)
+    queue = open_work_queue(config)
     apps = ShoreApps.open(event_store_env(config.event_store))
     try:
-        with open_pool(config) as pool:
-            count = replay(pool, apps.apply_jobs, error_class, args.actor or getpass.getuser(),
-                           args.reason, args.node)
+        count = replay(queue, apps.apply_jobs, error_class, args.actor or getpass.getuser(),
+                       args.reason, args.node)
     except ReplayRefused as refused:
         print(f"tidesync: {refused}", file=sys.stderr)
         return 2
     finally:
         apps.close()
+        queue.close()
     print(f"{count} event(s) sent back to apply")
     return 0

@@ -44,9 +44,9 @@ from tidesync.shore.target import (
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
-    PostgresWorkQueue,
     StoredBatches,
     UndecodableEvent,
+    WorkQueue,
 )
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class ApplyProcessor:
     """One worker: `run_once()` claims a partition's next events and takes them to terminal."""
 
     def __init__(self, apply_jobs: ApplyJobs, conflicts: ConflictCases,
-                 queue: PostgresWorkQueue, applier: TargetApplier,
+                 queue: WorkQueue, applier: TargetApplier,
                  clock: Callable[[], dt.datetime], settings: ProcessorSettings | None = None,
                  draw: Callable[[], float] = random.random) -> None:
         self.apply_jobs = apply_jobs
@@ -198,7 +198,7 @@ class ApplyProcessor:
         digest = record_key_digest(rule_id, event)
         evidence = conflict_evidence(event, outcome.current_row, outcome.current_revision)
         for _ in range(3):
-            existing = self._active_conflict(rule_id, digest)
+            existing = self.queue.active_conflict_id(rule_id, digest)
             if existing is not None:
                 case = self.conflicts.get_case(existing)
                 if str(event.event_id) not in case.event_ids:
@@ -211,21 +211,13 @@ class ApplyProcessor:
                                 key_digest=digest, database=event.database, table=event.table,
                                 evidence=evidence, actor=ACTOR, reason="base revision mismatch")
             try:
-                self.conflicts.save(case, extra_statements=[(
-                    "INSERT INTO active_conflict (rule_id, key_digest, conflict_id)"
-                    " VALUES (%s, %s, %s)", (rule_id, digest, case.id))])
+                self.conflicts.save(case, extra_statements=self.queue.open_conflict_statements(
+                    rule_id, digest, case.id))
             except IntegrityError:
                 continue  # Another worker opened a case for this key first: join it.
             log.info("conflict %s opened on %s.%s", case.id, event.database, event.table)
             return case.id
         raise RuntimeError("could not settle the active conflict for a record key")
-
-    def _active_conflict(self, rule_id: str, digest: str) -> uuid.UUID | None:
-        with self.queue.pool.connection() as conn:
-            row = conn.execute(
-                "SELECT conflict_id FROM active_conflict WHERE rule_id = %s AND key_digest = %s",
-                (rule_id, digest)).fetchone()
-        return None if row is None else uuid.UUID(str(row[0]))
 
     def _record_takeovers(self, claim: Claim) -> None:
         """Mark the job whose lease expired unfinished as taken over by this claim."""

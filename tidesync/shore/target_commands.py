@@ -43,7 +43,8 @@ def _add_table_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", metavar="DB.TABLE",
                         help="the table (with --sqlite, TABLE or main.TABLE)")
     parser.add_argument("--sqlite", metavar="FILE",
-                        help="a SQLite database file instead of the [target] MySQL server")
+                        help="a SQLite database file instead of the [target] MySQL server"
+                             " (default: [target] sqlite_path when set)")
 
 
 def _split_name(text: str, sqlite: bool) -> tuple[str, str]:
@@ -61,10 +62,11 @@ def _run_enable(args: argparse.Namespace) -> int:
 
     target = load_config(args.config).target
     node_id = args.node_id or target.node_id
-    database, table = _split_name(args.table, bool(args.sqlite))
+    sqlite_path = args.sqlite or target.sqlite_path
+    database, table = _split_name(args.table, bool(sqlite_path))
     try:
-        if args.sqlite:
-            with _sqlite(args.sqlite) as connection:
+        if sqlite_path:
+            with _sqlite(sqlite_path) as connection:
                 report = target_schema.enable_sqlite_table(connection, table, node_id)
         else:
             connection = _mysql(target)
@@ -86,9 +88,10 @@ def _run_status(args: argparse.Namespace) -> int:
     from tidesync.shore import target_schema
 
     target = load_config(args.config).target
-    database, table = _split_name(args.table, bool(args.sqlite))
-    if args.sqlite:
-        with _sqlite(args.sqlite) as connection:
+    sqlite_path = args.sqlite or target.sqlite_path
+    database, table = _split_name(args.table, bool(sqlite_path))
+    if sqlite_path:
+        with _sqlite(sqlite_path) as connection:
             state = target_schema.inspect_sqlite_table(connection, table)
     else:
         connection = _mysql(target)

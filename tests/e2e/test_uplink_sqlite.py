@@ -1,0 +1,173 @@
+"""One-way uplink end to end on the embedded default, where everything is SQLite: signed uploads
+over HTTP into the shore's SQLite event store, `tidesync shore work` applying them to a SQLite
+business database, receipts pulled back over HTTP by cursor. Needs no external service.
+
+Duplicates, a replayed request and a forged origin are thrown in; at the end the ledger, the
+rows and the receipts agree that every event was applied exactly once. The worker also runs as
+the real command, killed with SIGKILL between the target commit and the finalize."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+from tests.e2e.test_uplink import pull_all_receipts
+from tests.integration.shore_support import ShipLog
+from tests.integration.sqlite_support import (
+    SQLITE_ITEMS_DDL,
+    make_sqlite_target,
+    sqlite_shore,
+    target_items,
+    target_ledger,
+)
+from tests.integration.sync_client import SyncClient
+from tests.integration.test_ingress import (
+    ACTOR,
+    FakeClock,
+    batch_body,
+    node_service,
+    running,
+    statuses,
+)
+from tests.integration.test_ingress_sqlite import sqlite_config
+from tidesync.bootstrap import build_target_applier
+from tidesync.config import TargetConfig
+from tidesync.shore.processor import ProcessorSettings
+from tidesync.shore.target_sqlite import SQLiteTargetApplier
+from tidesync.shore.worker import build_worker
+from tidesync.wire import sync_pb2 as pb
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def test_uplink_applies_every_event_exactly_once_on_sqlite(tmp_path: Path) -> None:
+    business = make_sqlite_target(tmp_path / "business.sqlite", "shore")
+    clock = FakeClock()
+    config = dataclasses.replace(
+        sqlite_config(tmp_path / "shore-events.sqlite"),
+        target=TargetConfig(node_id="shore", sqlite_path=str(business)))
+    node_id = f"e2e-{secrets.token_hex(4)}"
+    with node_service(config) as service:
+        secret = service.register(node_id, ACTOR, clock()).secret
+    ship = ShipLog(node_id, "shipdb")
+    events = [ship.insert(k, f"part-{k}", k, f"{k}.25") for k in range(1, 41)]
+    events += [ship.update(k, qty=k * 2) for k in range(1, 21)]
+    events += [ship.delete(k) for k in range(35, 41)]
+    batches = [events[0:25], events[25:50], events[50:]]
+
+    with running(config, clock) as url:
+        client = SyncClient(url, node_id, secret, clock)
+        for batch in batches:
+            assert {s for s, _ in statuses(client.upload(batch_body(node_id, batch)))} == {
+                "RECEIVED"}
+        # The ship did not hear the answer and sends the middle batch again.
+        again = statuses(client.upload(batch_body(node_id, batches[1])))
+        assert {s for s, _ in again} == {"RECEIVED"}
+        # A captured request replayed by someone else is refused.
+        replayed = client.upload(batch_body(node_id, batches[0]),
+                                 request_id=client.sent_request_ids[0])
+        assert replayed.status == 401 and replayed.error().reason_code == "AUTH_REPLAYED"
+        # An event claiming another node as its origin is rejected, the rest received.
+        forged = ShipLog("someone-else", "shipdb")
+        mixed = statuses(client.upload(batch_body(node_id, [forged.insert(99, "x", 1, "1")])))
+        assert mixed == [("PERMANENT_REJECTED", "FORGED_ORIGIN")]
+
+        applier = build_target_applier(config.target)
+        assert isinstance(applier, SQLiteTargetApplier)
+        worker, close = build_worker(config, applier, settings=ProcessorSettings(chunk_size=10))
+        try:
+            while worker.run_once() > 0:
+                pass
+        finally:
+            close()
+
+        receipts = pull_all_receipts(client)
+    expected = {e.event_id.bytes for e in events}
+    assert [r.event_id for r in receipts if r.event_id in expected] == [
+        r.event_id for r in receipts]
+    assert sorted(r.event_id for r in receipts) == sorted(expected)  # each exactly once
+    assert {pb.EventResultCode.Name(r.result) for r in receipts} == {"APPLIED"}
+
+    assert sorted(target_ledger(business)) == sorted(str(e.event_id) for e in events)
+    rows = target_items(business)
+    assert [(k, r[0], r[1], Decimal(str(r[2]))) for k, r in sorted(rows.items())] == [
+        (k, f"part-{k}", k * 2 if k <= 20 else k, Decimal(f"{k}.25")) for k in range(1, 35)]
+    assert all(r[3] == ship.rows[k][1].text for k, r in rows.items())
+
+
+def worker_env(events_file: Path, business: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("TIDESYNC_")}
+    env.update({
+        "TIDESYNC_EVENT_STORE__KIND": "sqlite",
+        "TIDESYNC_EVENT_STORE__SQLITE_PATH": str(events_file),
+        "TIDESYNC_TARGET__SQLITE_PATH": str(business),
+        "TIDESYNC_TARGET__NODE_ID": "shore",
+        "TIDESYNC_SHORE__APPLY_LEASE_SECONDS": "1",
+        "TIDESYNC_SHORE__APPLY_MAX_EVENTS_PER_JOB": "50",
+        **extra,
+    })
+    return env
+
+
+def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tidesync.cli", *args], env=env, cwd=REPOSITORY,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_shore_work_on_sqlite_recovers_from_sigkill_after_the_target_commit(
+        tmp_path: Path) -> None:
+    business = tmp_path / "business.sqlite"
+    events_file = tmp_path / "shore-events.sqlite"
+    with contextlib.closing(sqlite3.connect(business)) as conn:
+        conn.execute(SQLITE_ITEMS_DDL)
+    enabled = run_cli(worker_env(events_file, business), "target", "enable", "items")
+    assert enabled.returncode == 0 and "main.items: enabled" in enabled.stdout, enabled.stderr
+    ship = ShipLog("ship-crash", "shipdb")
+    events = [ship.insert(k, f"n{k}", k, "1.00") for k in range(1, 121)]
+    events += [ship.update(k, qty=k * 10) for k in range(1, 61)]
+    with sqlite_shore(events_file) as shore:
+        shore.receive(ship.node_id, events)
+
+    killed = run_cli(worker_env(events_file, business,
+                                TIDESYNC_FAILPOINTS="after_target_commit=kill"),
+                     "shore", "work", "--once", "--worker-id", "w-1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(target_ledger(business)) == 50  # the first job reached the target ...
+    with sqlite_shore(events_file) as shore:
+        states = shore.inbox_states(ship.node_id)
+        assert all(state != "TERMINAL" for state, _ in states.values())  # ... not the store
+
+    listed = run_cli(worker_env(events_file, business), "jobs", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "ship-crash" in listed.stdout and "PENDING" in listed.stdout
+
+    time.sleep(1.5)  # let the dead worker's lease expire
+    recovered = run_cli(worker_env(events_file, business), "shore", "work", "--once",
+                        "--worker-id", "w-2")
+    assert recovered.returncode == 0, recovered.stderr
+
+    ledger = target_ledger(business)
+    assert len(ledger) == len(set(ledger)) == len(events)  # each applied exactly once
+    rows = target_items(business)
+    assert [(k, r[1]) for k, r in sorted(rows.items())] == [
+        (k, k * 10 if k <= 60 else k) for k in range(1, 121)]
+    with sqlite_shore(events_file) as shore:
+        assert set(shore.inbox_states(ship.node_id).values()) == {("TERMINAL", "APPLIED")}
+        assert shore.rows("SELECT count(DISTINCT event_id), count(*) FROM receipt"
+                          " WHERE origin_node_id = ?", (ship.node_id,)) == [
+            (len(events), len(events))]
+        taken_over = shore.rows("SELECT count(*) FROM apply_jobs_events WHERE topic LIKE ?",
+                                ("%ApplyJob.TakenOver",))
+        assert taken_over[0][0] >= 1
+    listed = run_cli(worker_env(events_file, business), "jobs", "list")
+    assert listed.stdout.strip() == "every received event is applied"
