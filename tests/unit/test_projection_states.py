@@ -1,0 +1,188 @@
+"""The read side's pure parts: state digests, field diffs, record key locations, the facts the
+backlog reads from a wire event, renderers that hide values, and operator actions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
+from tidesync.domain.change_event import Operation, RecordKey, SourceCoordinates, event_id_for
+from tidesync.domain.conflict_case import rule_for
+from tidesync.projections.backlog import wire_facts
+from tidesync.projections.catalogue import default_catalogue, render_credentials, render_results
+from tidesync.projections.conflict_center import evidence_item_summary
+from tidesync.projections.history import FieldChange, _diff
+from tidesync.projections.operations import OperatorAction, OperatorActionError
+from tidesync.projections.record_head import RecordHeadProjection, key_digest, record_location
+from tidesync.projections.registry import ViewSettings
+from tidesync.projections.states import StreamStates, digest, plain, state_digest
+from tidesync.wire.codec import NameTable, build_batch
+
+
+class Colour(enum.StrEnum):
+    RED = "RED"
+
+
+@dataclass(frozen=True, slots=True)
+class Slotted:
+    number: int
+    when: dt.datetime
+
+
+def test_plain_data_is_stable_whatever_the_python_types():
+    moment = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    value = {"set": {3, 1, 2}, "tuple": (1, Colour.RED), "uuid": uuid.UUID(int=7),
+             "decimal": Decimal("1.50"), "bytes": b"\x01", "slotted": Slotted(1, moment)}
+    assert plain(value) == {
+        "set": [1, 2, 3], "tuple": [1, "RED"], "uuid": str(uuid.UUID(int=7)),
+        "decimal": "1.50", "bytes": {"bytes_hex": "01"},
+        "slotted": {"number": 1, "when": "2026-01-02T03:04:05+00:00"}}
+    assert digest({"a": 1, "b": [1, 2]}) == digest({"b": (1, 2), "a": 1})
+    assert digest({"a": 1}) != digest({"a": "1"})
+
+
+def _job() -> ApplyJob:
+    return ApplyJob(origin_node_id="ship-1", topic="t", partition=0, replay_epoch=0, job_no=1,
+                    event_ids=["e1", "e2"], positions=[1, 2], worker="w",
+                    lease_expires_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                    actor="system:x", reason="claimed")
+
+
+class _Repository:
+    """Replays from a list of events: the part of the library's repository that StreamStates
+    uses, without a database."""
+
+    def __init__(self, events: list[object]) -> None:
+        self.events = events
+        self.reads = 0
+
+    def get(self, _: object, version: int) -> object:
+        self.reads += 1
+        aggregate = None
+        for event in self.events[:version]:
+            aggregate = event.mutate(aggregate)  # type: ignore[attr-defined]
+        return aggregate
+
+
+def test_stream_states_replay_event_by_event_and_read_only_mid_stream():
+    job = _job()
+    job.target_committed(["e1"], "system:x", "committed")
+    job.finalize([FinalResult("e1", EventResult.APPLIED, position=1).as_row()], "alice", "ok")
+    events = list(job.collect_events())
+    digests_in_order = []
+    states = StreamStates(_Repository(events))
+    for event in events:
+        before = states.before(event)
+        digests_in_order.append(None if before is None else state_digest(before))
+        digests_in_order.append(state_digest(states.advance(event)))
+    assert states.repository.reads == 0
+    assert digests_in_order[-1] == state_digest(job)
+
+    fresh = StreamStates(_Repository(events))  # starting at the last event reads the stream
+    assert state_digest(fresh.before(events[2])) == digests_in_order[3]
+    assert fresh.repository.reads == 1
+
+
+def test_diff_walks_into_dicts_and_lists():
+    changes: list[FieldChange] = []
+    _diff("", {"a": 1, "b": {"x": 1, "y": 2}, "c": [1, 2], "gone": 0},
+          {"a": 1, "b": {"x": 1, "y": 3, "z": 4}, "c": [1], "new": 5}, changes)
+    assert [(c.path, c.change, c.before, c.after) for c in changes] == [
+        ("b.y", "changed", 2, 3), ("b.z", "added", None, 4), ("c[1]", "removed", 2, None),
+        ("gone", "removed", 0, None), ("new", "added", None, 5)]
+
+
+@given(st.text(min_size=1, max_size=12), st.text(min_size=1, max_size=12),
+       st.one_of(st.integers(), st.text(max_size=8)))
+def test_record_location_names_the_database_and_table_of_any_key(database, table, key):
+    record = RecordKey.of(database, table, {"id": key})
+    projection = RecordHeadProjection()
+    assert record_location(record.canonical()) == (database, table)
+    assert projection._location(record.canonical()) == (database, table)
+    # A second key of the same table comes from the cache, and still right.
+    other = RecordKey.of(database, table, {"id": f"{key}x"}).canonical()
+    assert projection._location(other) == (database, table)
+
+
+def test_a_table_name_that_looks_like_the_key_boundary_is_not_cached_wrongly():
+    projection = RecordHeadProjection()
+    first = RecordKey.of("db", 'a]]][["x', {"id": 1}).canonical()
+    second = RecordKey.of("db", 'a]]][["y', {"id": 1}).canonical()
+    assert projection._location(first) == ("db", 'a]]][["x')
+    assert projection._location(second) == ("db", 'a]]][["y')
+
+
+def test_the_backlog_reads_the_rule_size_and_times_from_the_wire_as_the_shore_names_them():
+    from tidesync.domain.change_event import ChangeEvent
+
+    record = RecordKey.of("shipdb", "items", {"id": 1})
+    source = SourceCoordinates("ship-1", 0, "cdc.items", 0, 5)
+    captured = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
+    plain_event = ChangeEvent(
+        event_id=event_id_for(source, record, Operation.INSERT), origin_node_id="ship-1",
+        source_connector_id="c", source_topic="cdc.items", source_partition=0,
+        source_position=5, record=record, operation=Operation.INSERT, captured_at=captured,
+        after={"id": 1, "name": "anchor"})
+    events = [plain_event, replace(plain_event, rule_id="crew-rule")]
+    batch = build_batch(events, node_id="ship-1", batch_id=uuid.uuid4(), created_at=captured)
+    names = NameTable(batch.strings)
+    for event, wire in zip(events, batch.events, strict=True):
+        facts = wire_facts(wire, names)
+        assert facts.rule_id == rule_for(event)
+        assert facts.captured_at == captured and facts.bytes == wire.ByteSize() > 0
+
+
+def test_renderers_keep_keys_and_secrets_out():
+    record = RecordKey.of("shipdb", "crew", {"passport": "X123"}).canonical()
+    results = plain({"e1": FinalResult("e1", EventResult.APPLIED, position=3,
+                                       rule_id="table:shipdb.crew", record_key=record)})
+    shown = render_results(results)
+    assert "X123" not in str(shown)
+    assert shown["e1"]["key_digest"] == key_digest("table:shipdb.crew", record)
+    credentials = render_credentials([{"number": 1, "sealed_secret": "v1:secret",
+                                       "issued_at": "2026-01-01"}])
+    assert "secret" not in str(credentials).replace("sealed_secret_sha256", "")
+    summary = evidence_item_summary({
+        "event_id": "e1", "incoming_before": [["id", ["int", "1"]], ["qty", ["int", "3"]]],
+        "incoming_after": [["id", ["int", "1"]], ["qty", ["int", "4"]]],
+        "current_row": [["id", ["int", "1"]], ["qty", ["int", "100"]], ["name", ["str", "a"]]]})
+    assert summary["changed_columns"] == ["qty"] and summary["differing_columns"] == ["qty"]
+    assert "100" not in str(summary)
+    kind = default_catalogue(ViewSettings()).kind("conflict_case")
+    assert kind.render("evidence", [{"event_id": "e1", "current_row": None}])[0][
+        "current_row_exists"] is False
+
+
+def test_catalogue_names_kinds_of_unregistered_aggregates_after_their_class():
+    catalogue = default_catalogue(ViewSettings())
+    assert catalogue.kind_name("tidesync.domain.apply_job:ApplyJob") == "apply_job"
+    assert catalogue.kind_name("somewhere.else:DownlinkCommand") == "downlink_command"
+    assert {view.name for view in catalogue.views} == {
+        "receipts", "record_head", "conflict_center", "node_overview", "backlog", "audit"}
+
+
+def test_settings_come_from_the_environment():
+    settings = ViewSettings.from_env({"TIDESYNC_CONFLICT_SLA_HOURS": "4",
+                                      "TIDESYNC_VIEW_REFRESH_SECONDS": "1.5",
+                                      "TIDESYNC_VIEW_BATCH_SIZE": "10"})
+    assert settings == ViewSettings(dt.timedelta(hours=4), 1.5, 10)
+
+
+def test_an_operator_action_needs_an_actor_and_a_reason():
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with pytest.raises(OperatorActionError):
+        OperatorAction.request(uuid.uuid4(), "rebuild_projection", "receipts", at, "", "why")
+    with pytest.raises(OperatorActionError):
+        OperatorAction.request(uuid.uuid4(), "rebuild_projection", "receipts", at, "ann", " ")
+    action = OperatorAction.request(uuid.uuid4(), "rebuild_projection", "receipts", at, "ann",
+                                    "fix")
+    action.complete(at, {"processed": 3}, "ann", "done")
+    assert (action.outcome, action.details) == ("COMPLETED", {"processed": 3})

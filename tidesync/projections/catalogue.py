@@ -1,0 +1,202 @@
+"""tidesync's read side as registered: its applications, aggregate kinds and views.
+
+Another component adds its own application (and kind, or view) by listing a module in
+EXTENSION_MODULES whose `register_read_side(catalogue)` calls `catalogue.add_application(...)`;
+the audit view then follows that application too, and `audit history` knows its kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventsourcing.application import Application
+from eventsourcing.utils import Environment
+
+from tidesync.projections.audit import AuditProjection
+from tidesync.projections.backlog import BacklogProjection, BacklogRefresher
+from tidesync.projections.conflict_center import (
+    ConflictCenterProjection,
+    decision_summary,
+    evidence_summary,
+)
+from tidesync.projections.engine import Projection
+from tidesync.projections.node_overview import NodeHeartbeatRefresher, NodeOverviewProjection
+from tidesync.projections.operations import OperationsApplication
+from tidesync.projections.receipts import ReceiptsProjection
+from tidesync.projections.record_head import RecordHeadProjection, key_digest
+from tidesync.projections.registry import (
+    AggregateKind,
+    ApplicationSpec,
+    Catalogue,
+    ViewContext,
+    ViewSettings,
+    ViewSpec,
+)
+from tidesync.projections.states import digest
+
+EXTENSION_MODULES: tuple[str, ...] = ("tidesync.graphql.read_side",)
+"""Modules with `register_read_side(catalogue)`, called after tidesync's own registrations."""
+
+APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS = (
+    "apply_jobs", "conflict_cases", "nodes", "operations")
+
+
+def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
+    """Everything tidesync's read side knows, with `settings` (default: from the environment,
+    see ViewSettings.from_env)."""
+    catalogue = Catalogue(settings or ViewSettings.from_env())
+    for spec in _applications():
+        catalogue.add_application(spec)
+    for kind in _kinds():
+        catalogue.add_kind(kind)
+    for view in _views():
+        catalogue.add_view(view)
+    for module_name in EXTENSION_MODULES:
+        importlib.import_module(module_name).register_read_side(catalogue)
+    return catalogue
+
+
+# ----------------------------------------------------------------------------- applications
+
+
+def _open_apply_jobs(env: Mapping[str, str]) -> Application[Any]:
+    from tidesync.shore.apps import ApplyJobs, with_statement_recorder
+
+    return ApplyJobs(env=Environment(ApplyJobs.name, with_statement_recorder(dict(env))))
+
+
+def _open_conflict_cases(env: Mapping[str, str]) -> Application[Any]:
+    from tidesync.shore.apps import ConflictCases, with_statement_recorder
+
+    return ConflictCases(env=Environment(ConflictCases.name,
+                                         with_statement_recorder(dict(env))))
+
+
+def _open_nodes(env: Mapping[str, str]) -> Application[Any]:
+    from tidesync.ingress.nodes import NodesApplication
+
+    return NodesApplication(env=dict(env))
+
+
+def _open_operations(env: Mapping[str, str]) -> Application[Any]:
+    return OperationsApplication(env=dict(env))
+
+
+def _applications() -> list[ApplicationSpec]:
+    return [ApplicationSpec(APPLY_JOBS, _open_apply_jobs),
+            ApplicationSpec(CONFLICT_CASES, _open_conflict_cases),
+            ApplicationSpec(NODES, _open_nodes),
+            ApplicationSpec(OPERATIONS, _open_operations)]
+
+
+# ----------------------------------------------------------------------------- kinds
+
+
+def render_results(results: object) -> object:
+    """ApplyJob results without record keys: each key becomes its digest (as record_head
+    and conflict cases carry it)."""
+    if not isinstance(results, Mapping):
+        return {"sha256": digest(results)}
+    shown: dict[str, object] = {}
+    for event_id, result in results.items():
+        if not isinstance(result, Mapping):
+            shown[str(event_id)] = {"sha256": digest(result)}
+            continue
+        row = {key: value for key, value in result.items() if key != "record_key"}
+        record_key = result.get("record_key")
+        row["key_digest"] = (key_digest(str(result.get("rule_id") or ""), str(record_key))
+                             if record_key else None)
+        shown[str(event_id)] = row
+    return shown
+
+
+def render_credentials(credentials: object) -> object:
+    """Node credentials without their sealed secrets (a digest each)."""
+    if not isinstance(credentials, Sequence) or isinstance(credentials, str):
+        return {"sha256": digest(credentials)}
+    shown: list[object] = []
+    for credential in credentials:
+        if isinstance(credential, Mapping):
+            row = {key: value for key, value in credential.items() if key != "sealed_secret"}
+            row["sealed_secret_sha256"] = digest(credential.get("sealed_secret"))
+            shown.append(row)
+        else:
+            shown.append({"sha256": digest(credential)})
+    return shown
+
+
+def _kinds() -> list[AggregateKind]:
+    return [
+        AggregateKind("apply_job", APPLY_JOBS, "tidesync.domain.apply_job:ApplyJob",
+                      {"results": render_results}),
+        AggregateKind("conflict_case", CONFLICT_CASES,
+                      "tidesync.domain.conflict_case:ConflictCase",
+                      {"evidence": evidence_summary, "decision": decision_summary}),
+        AggregateKind("node", NODES, "tidesync.domain.node:Node",
+                      {"credentials": render_credentials}),
+        AggregateKind("operator_action", OPERATIONS,
+                      "tidesync.projections.operations:OperatorAction"),
+    ]
+
+
+# ----------------------------------------------------------------------------- views
+
+
+def _receipts(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(APPLY_JOBS, ReceiptsProjection(context.table("receipt")))]
+
+
+def _record_head(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(APPLY_JOBS, RecordHeadProjection(context.table("record_head")))]
+
+
+def _conflict_center(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(CONFLICT_CASES, ConflictCenterProjection(
+        context.apps[CONFLICT_CASES], context.table("conflict_center"),
+        context.settings.conflict_sla))]
+
+
+def _node_overview(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(NODES, NodeOverviewProjection(context.apps[NODES],
+                                           context.table("node_overview")))]
+
+
+def _backlog(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(APPLY_JOBS, BacklogProjection(context.table("backlog"),
+                                           context.table("backlog_event"),
+                                           context.table("backlog_job")))]
+
+
+def _audit(context: ViewContext) -> Sequence[tuple[str, Projection]]:
+    return [(spec.name, AuditProjection(spec.name, context.apps[spec.name],
+                                        context.catalogue.kind_name,
+                                        context.table("audit_event")))
+            for spec in context.catalogue.applications]
+
+
+def _views() -> list[ViewSpec]:
+    return [
+        ViewSpec("receipts", ("receipt",), _receipts,
+                 description="terminal results in the order ships pull them",
+                 applications=(APPLY_JOBS,)),
+        ViewSpec("record_head", ("record_head",), _record_head,
+                 description="current revision, origin and tombstone of each record",
+                 applications=(APPLY_JOBS,)),
+        ViewSpec("conflict_center", ("conflict_center",), _conflict_center,
+                 description="conflict cases with evidence summaries and SLA",
+                 applications=(CONFLICT_CASES,)),
+        ViewSpec("node_overview", ("node_overview",), _node_overview,
+                 lambda context: NodeHeartbeatRefresher(context.table("node_overview")),
+                 description="node status and what its latest heartbeat reported",
+                 applications=(NODES,)),
+        ViewSpec("backlog", ("backlog", "backlog_event", "backlog_job"), _backlog,
+                 lambda context: BacklogRefresher(context.table("backlog"),
+                                                  context.table("backlog_event")),
+                 description="events by node, direction, rule, priority and state"
+                             " (plus the inbox and heartbeats)",
+                 applications=(APPLY_JOBS,)),
+        ViewSpec("audit", ("audit_event",), _audit,
+                 description="operator actions of every application"),
+    ]
