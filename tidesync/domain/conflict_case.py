@@ -43,6 +43,14 @@ DECIDABLE_STATES = frozenset({
 CANCELLABLE_STATES = DECIDABLE_STATES | {ConflictState.DECIDED}
 """Active states without business effect: once dispatched, a ship may have applied it."""
 
+SYNC_COLUMN_PREFIX = "_sync_"
+"""The §5.1 metadata columns (revision, origin, event id, time): applying a decision sets them,
+so they are neither compared nor part of a decided value."""
+
+
+def is_sync_column(name: str) -> bool:
+    return name.startswith(SYNC_COLUMN_PREFIX)
+
 
 class DecisionSide(enum.StrEnum):
     """What a manual decision keeps (§11.5): the shore's row, the ship's, or a full new value."""
@@ -169,8 +177,9 @@ class ConflictCase(Aggregate):
                 raise ConflictRefused(ConflictRefusal.REPLACEMENT_UNEXPECTED,
                                       f"a {side} decision takes no replacement value")
             if side is DecisionSide.SHORE:
-                return _image(latest.get("current_row")), _text(latest.get("current_revision"))
-            return (_image(latest.get("incoming_after")),
+                return (_business(latest.get("current_row")),
+                        _text(latest.get("current_revision")))
+            return (_business(latest.get("incoming_after")),
                     _text(latest.get("incoming_result_revision")))
         if replacement is None:
             raise ConflictRefused(ConflictRefusal.REPLACEMENT_REQUIRED,
@@ -212,7 +221,8 @@ class ConflictCase(Aggregate):
                   if (image := _image(latest.get(name))) is not None]
         if not images:
             return {}
-        columns: dict[str, list[object]] = {str(pair[0]): ["null"] for pair in images[0]}
+        columns: dict[str, list[object]] = {str(pair[0]): ["null"] for pair in images[0]
+                                            if not is_sync_column(str(pair[0]))}
         for image in images:
             for name, value in image:
                 if str(name) in columns and columns[str(name)] == ["null"]:
@@ -258,6 +268,11 @@ def _image(raw: object) -> list[list[object]] | None:
     if not isinstance(raw, list | tuple):
         raise TypeError("an evidence image is a list of [column, value] pairs")
     return [list(pair) for pair in raw]
+
+
+def _business(raw: object) -> list[list[object]] | None:
+    image = _image(raw)
+    return None if image is None else [pair for pair in image if not is_sync_column(str(pair[0]))]
 
 
 def _text(raw: object) -> str | None:

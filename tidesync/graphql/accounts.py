@@ -10,7 +10,6 @@ import base64
 import binascii
 import hashlib
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -173,16 +172,16 @@ class _Entry:
 class TokenAuthenticator:
     """Bearer token → Principal, reading the user's stream at most every `ttl` seconds, so a
     revoke takes effect within that bound. `authenticate` blocks: call it off the event loop.
+
+    `users` gives the users application (its owner opens, caches and closes it).
     """
 
-    def __init__(self, open_app: Callable[[], UsersApplication], ttl: float = 2.0,
+    def __init__(self, users: Callable[[], UsersApplication], ttl: float = 2.0,
                  monotonic: Callable[[], float] = time.monotonic,
                  max_entries: int = 10_000) -> None:
-        self._open_app = open_app
-        self._app: UsersApplication | None = None
+        self._users = users
         self._ttl, self._monotonic, self._max_entries = ttl, monotonic, max_entries
         self._entries: dict[uuid.UUID, _Entry] = {}
-        self._lock = threading.Lock()
 
     def authenticate(self, token: str) -> Principal | None:
         """The token's user if the token is valid and the user active; None otherwise.
@@ -199,12 +198,6 @@ class TokenAuthenticator:
         """Drop cached users (after a command in this process changed one)."""
         self._entries.clear()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._app is not None:
-                self._app.close()
-                self._app = None
-
     def _user(self, user_id: uuid.UUID) -> User | None:
         entry = self._entries.get(user_id)
         if entry is not None and self._monotonic() - entry.loaded_at < self._ttl:
@@ -219,12 +212,3 @@ class TokenAuthenticator:
             self._entries.clear()
         self._entries[user_id] = _Entry(user, self._monotonic())
         return user
-
-    def _users(self) -> UsersApplication:
-        with self._lock:
-            if self._app is None:
-                try:
-                    self._app = self._open_app()
-                except PersistenceError as error:
-                    raise UserStoreUnavailable(type(error).__name__) from error
-            return self._app

@@ -7,6 +7,7 @@ lets the aggregate decide, and saves; the answer carries the position to wait on
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,11 +27,13 @@ from tidesync.domain.conflict_case import (
     ConflictRefused,
     DecisionSide,
 )
-from tidesync.domain.evidence import EvidenceValueError, parse_record_key
+from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
-from tidesync.shore.target import TargetApplier, TargetError
+from tidesync.shore.target import TargetApplier
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
+
+log = logging.getLogger(__name__)
 
 DECISION_NAMESPACE = uuid.UUID("b4d07c2e-5a19-5e83-9f6b-1c3e7a2d4f80")
 
@@ -157,6 +160,29 @@ class ConflictService:
         return ConflictOutcome(case.id, case.state.value, case.version, decision_id, position)
 
 
+def replacement_from_text(case: ConflictCase,
+                          entries: Sequence[tuple[str, str | None]]) -> list[list[object]]:
+    """A replacement value from (column, text or None for NULL) pairs, each text read in the
+    column's type as the case's evidence shows it. The case itself checks, when deciding,
+    that every column is named once."""
+    columns = case.evidence_columns()
+    values: list[list[object]] = []
+    for column, text in entries:
+        sample = columns.get(column)
+        if sample is None:
+            raise ConflictCommandError("REPLACEMENT_COLUMNS",
+                                       f"the record has no column {column[:64]!r}")
+        if sample == ["null"] and text is not None:
+            raise ConflictCommandError(
+                "REPLACEMENT_TYPE", f"column {column} is NULL in all evidence, so its type "
+                                    "is unknown; it can only stay NULL")
+        try:
+            values.append([column, parse_display(sample, text)])
+        except EvidenceValueError as error:
+            raise ConflictCommandError("INVALID_VALUE", f"column {column}: {error}") from None
+    return values
+
+
 def _check_version(case: ConflictCase, expected: int | None) -> None:
     if expected is not None and expected != case.version:
         raise CaseChanged()
@@ -236,8 +262,10 @@ class TargetRevisionReader:
                 if self._applier is None:
                     self._applier = self._open_applier()
                 _, revision = self._applier.current_row(key.database, key.table, key.as_dict())
-            except (TargetError, ValueError) as error:
-                raise RevisionUnavailable(type(error).__name__) from error
+            except Exception as error:  # any target failure means: cannot tell
+                log.warning("reading the current revision of conflict %s failed: %s", case.id,
+                            type(error).__name__)
+                raise RevisionUnavailable(getattr(error, "reason_code", "TARGET_ERROR")) from error
         return None if revision is None else revision.text
 
     def close(self) -> None:
@@ -250,5 +278,5 @@ class TargetRevisionReader:
 __all__ = [
     "CaseChanged", "ConflictCommandError", "ConflictNotFound", "ConflictOutcome",
     "ConflictRefusal", "ConflictRefused", "ConflictService", "Decision", "PostgresRecordKeys",
-    "RevisionReader", "RevisionUnavailable", "TargetRevisionReader",
+    "RevisionReader", "RevisionUnavailable", "TargetRevisionReader", "replacement_from_text",
 ]

@@ -18,26 +18,37 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import tidesync
 from tidesync.bootstrap import build_ingress, check_event_store, describe_event_store
 from tidesync.config import Config
+from tidesync.graphql.console import Console
 from tidesync.ingress.routes import Ingress
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: Config, ingress: Ingress | None = None) -> Starlette:
-    """The shore app: `/healthz`, `/version` and the sync API `/sync/v1/*` (built from the
-    config unless `ingress` is given)."""
+def create_app(config: Config, ingress: Ingress | None = None,
+               console: Console | None = None) -> Starlette:
+    """The shore app: `/healthz`, `/version`, the sync API `/sync/v1/*` and the GraphQL
+    console `/graphql` (each built from the config unless given)."""
     sync_api = ingress if ingress is not None else build_ingress(config)
+    if console is None:
+        from tidesync.graphql.wiring import build_console
+
+        console = build_console(config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(sync_api.start)
+        if console is not None:
+            await run_in_threadpool(console.start)
         try:
             yield
         finally:
+            if console is not None:
+                await run_in_threadpool(console.close)
             await run_in_threadpool(sync_api.close)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -58,7 +69,26 @@ def create_app(config: Config, ingress: Ingress | None = None) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         *sync_api.routes(),
+        Route("/graphql", _console_endpoint(console), methods=["GET", "POST"]),
     ], lifespan=lifespan)
+
+
+def _console_endpoint(console: Console | None) -> ASGIApp:
+    if console is not None:
+        from tidesync.graphql.http import ConsoleEndpoint
+
+        return ConsoleEndpoint(console)
+    return _ConsoleUnavailable()
+
+
+class _ConsoleUnavailable:
+    """/graphql on the SQLite event store: the read models live in PostgreSQL only."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse({"data": None, "errors": [{
+            "message": "the console needs the PostgreSQL event store",
+            "extensions": {"code": "UNAVAILABLE"}}]}, status_code=503)
+        await response(scope, receive, send)
 
 
 def build_server(config: Config) -> uvicorn.Server:

@@ -1,0 +1,170 @@
+"""ConflictCase decisions and cancellations (§11.3, §11.5): pure, checked against the evidence,
+appended as immutable events with actor and reason."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+import pytest
+from eventsourcing.application import Application
+
+from tidesync.domain.change_event import (
+    ChangeEvent,
+    Operation,
+    RecordKey,
+    Revision,
+    SourceCoordinates,
+    event_id_for,
+)
+from tidesync.domain.conflict_case import (
+    ConflictCase,
+    ConflictRefusal,
+    ConflictRefused,
+    ConflictState,
+    DecisionSide,
+    active_conflict_key,
+    conflict_evidence,
+    record_key_digest,
+    rule_for,
+)
+
+SHORE_REVISION = Revision(uuid.UUID("11111111-1111-4111-8111-111111111111").bytes)
+SHIP_BASE = Revision(uuid.UUID("22222222-2222-4222-8222-222222222222").bytes)
+SHIP_RESULT = Revision(uuid.UUID("33333333-3333-4333-8333-333333333333").bytes)
+SHORE_ROW = {"id": 7, "name": "anchor", "qty": 100, "price": Decimal("10.50"),
+             "note": None, "_sync_revision": SHORE_REVISION.text}
+
+
+def ship_update(**after: object) -> ChangeEvent:
+    record = RecordKey.of("shipdb", "items", {"id": 7})
+    source = SourceCoordinates("ship-1", 0, "t", 0, 5)
+    return ChangeEvent(
+        event_id=event_id_for(source, record, Operation.UPDATE), origin_node_id="ship-1",
+        source_connector_id="test", source_topic="t", source_partition=0, source_position=5,
+        record=record, operation=Operation.UPDATE,
+        captured_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        before={"id": 7, "qty": 3}, after={"id": 7, **after}, base_revision=SHIP_BASE,
+        result_revision=SHIP_RESULT)
+
+
+def new_case(**after: object) -> ConflictCase:
+    event = ship_update(**(after or {"qty": 5}))
+    rule = rule_for(event)
+    digest = record_key_digest(rule, event)
+    return ConflictCase(
+        active_key=active_conflict_key(rule, digest, SHORE_REVISION, SHIP_RESULT), rule_id=rule,
+        rule_version=None, key_digest=digest, database="shipdb", table="items",
+        evidence=conflict_evidence(event, SHORE_ROW, SHORE_REVISION), actor="system:test",
+        reason="base revision mismatch")
+
+
+def decide(case: ConflictCase, side: DecisionSide = DecisionSide.SHORE,
+           current: str | None = SHORE_REVISION.text,
+           replacement: list[list[object]] | None = None, reason: str = "agreed") -> None:
+    case.decide("d-1", side, replacement, current, "44444444-4444-4444-8444-444444444444",
+                "user:alice", reason, "trace-1")
+
+
+def refusal(action) -> ConflictRefusal:
+    with pytest.raises(ConflictRefused) as refused:
+        action()
+    return refused.value.code
+
+
+def test_a_shore_decision_keeps_the_shore_row_without_sync_columns():
+    case = new_case()
+    decide(case)
+    assert case.state is ConflictState.DECIDED
+    decision = case.decision
+    assert decision is not None
+    assert decision["side"] == "SHORE" and decision["actor"] == "user:alice"
+    assert decision["decided_revision"] == decision["expected_revision"] == SHORE_REVISION.text
+    assert dict(map(tuple, decision["decided_value"])) == {
+        "id": ["int", "7"], "name": ["str", "anchor"], "qty": ["int", "100"],
+        "price": ["decimal", "10.50"], "note": ["null"]}
+    assert decision["tombstone"] is False and decision["evidence_count"] == 1
+
+
+def test_a_ship_decision_keeps_the_ships_change_and_revision():
+    case = new_case(qty=5)
+    decide(case, DecisionSide.SHIP)
+    assert case.decision is not None
+    assert case.decision["decided_value"] == [["id", ["int", "7"]], ["qty", ["int", "5"]]]
+    assert case.decision["decided_revision"] == SHIP_RESULT.text
+
+
+def test_a_decision_is_refused_when_the_record_moved_on():
+    case = new_case()
+    other = "55555555-5555-4555-8555-555555555555"
+    assert refusal(lambda: decide(case, current=other)) is ConflictRefusal.EVIDENCE_STALE
+    assert refusal(lambda: decide(case, current=None)) is ConflictRefusal.EVIDENCE_STALE
+    assert case.state is ConflictState.DETECTED and case.decision is None
+
+
+def test_a_replacement_names_every_business_column_in_its_type():
+    case = new_case()
+    assert set(case.evidence_columns()) == {"id", "name", "qty", "price", "note"}
+    full = [["id", ["int", "7"]], ["name", ["str", "x"]], ["qty", ["int", "1"]],
+            ["price", ["decimal", "1.00"]], ["note", ["null"]]]
+    assert refusal(lambda: decide(case, DecisionSide.REPLACEMENT)) is (
+        ConflictRefusal.REPLACEMENT_REQUIRED)
+    assert refusal(lambda: decide(case, DecisionSide.REPLACEMENT, replacement=full[:4])) is (
+        ConflictRefusal.REPLACEMENT_COLUMNS)
+    assert refusal(lambda: decide(case, DecisionSide.REPLACEMENT,
+                                  replacement=[*full, ["id", ["int", "8"]]])) is (
+        ConflictRefusal.REPLACEMENT_COLUMNS)
+    wrong = [*full[:2], ["qty", ["str", "1"]], *full[3:]]
+    assert refusal(lambda: decide(case, DecisionSide.REPLACEMENT, replacement=wrong)) is (
+        ConflictRefusal.REPLACEMENT_TYPE)
+    # A column NULL in all evidence has no known type: it can only stay NULL.
+    typed_note = [*full[:4], ["note", ["str", "guess"]]]
+    assert refusal(lambda: decide(case, DecisionSide.REPLACEMENT, replacement=typed_note)) is (
+        ConflictRefusal.REPLACEMENT_TYPE)
+    assert refusal(lambda: decide(case, DecisionSide.SHORE, replacement=full)) is (
+        ConflictRefusal.REPLACEMENT_UNEXPECTED)
+
+    decide(case, DecisionSide.REPLACEMENT, replacement=full)
+    assert case.decision is not None and case.decision["decided_value"] == full
+    assert case.decision["decided_revision"] == "44444444-4444-4444-8444-444444444444"
+
+
+def test_decisions_need_a_reason_and_happen_once():
+    case = new_case()
+    assert refusal(lambda: decide(case, reason="  ")) is ConflictRefusal.REASON_REQUIRED
+    decide(case)
+    assert refusal(lambda: decide(case)) is ConflictRefusal.NOT_DECIDABLE
+
+
+def test_cancel_only_without_business_effect():
+    case = new_case()
+    assert refusal(lambda: case.cancel("user:bob", "")) is ConflictRefusal.REASON_REQUIRED
+    decide(case)
+    case.cancel("user:bob", "decided on wrong evidence")
+    assert case.state is ConflictState.CANCELLED and not case.is_active
+    assert case.cancellation == {"actor": "user:bob", "reason": "decided on wrong evidence"}
+    assert refusal(lambda: case.cancel("user:bob", "again")) is ConflictRefusal.NOT_CANCELLABLE
+    assert refusal(lambda: decide(case)) is ConflictRefusal.NOT_DECIDABLE
+
+    dispatched = new_case()
+    dispatched.state = ConflictState.DISPATCHED
+    assert refusal(lambda: dispatched.cancel("user:bob", "late")) is (
+        ConflictRefusal.NOT_CANCELLABLE)
+
+
+def test_decided_and_cancelled_cases_replay_from_their_stored_events():
+    app: Application[uuid.UUID] = Application()
+    case = new_case()
+    app.save(case)
+    decide(case)
+    case.cancel("user:bob", "wrong evidence", "trace-2")
+    app.save(case)
+    replayed = app.repository.get(case.id)
+    assert replayed.state is ConflictState.CANCELLED
+    assert replayed.decision == case.decision and replayed.cancellation == case.cancellation
+    types = [type(event).__qualname__ for event in app.events.get(case.id)]
+    assert types == ["ConflictCase.Detected", "ConflictCase.Decided", "ConflictCase.Cancelled"]
+    decided = list(app.events.get(case.id))[1]
+    assert (decided.actor, decided.reason, decided.trace_id) == ("user:alice", "agreed",
+                                                                 "trace-1")

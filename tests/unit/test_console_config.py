@@ -1,0 +1,36 @@
+"""The [console] section: defaults, overrides, and every invalid value reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidesync.config import ConfigError, load_config
+
+
+def test_console_defaults_are_closed_and_bounded():
+    console = load_config(None, env={}).console
+    assert console.introspection is False
+    assert (console.max_depth, console.max_aliases, console.max_cost) == (10, 15, 20_000)
+    assert (console.default_page_size, console.max_page_size) == (50, 200)
+    assert console.max_body_bytes == 64 * 1024 and console.max_tokens == 2_000
+
+
+def test_console_settings_from_file_and_environment(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[console]\nintrospection = true\nsensitive_columns = "crew.*.passport"\n')
+    console = load_config(path, env={"TIDESYNC_CONSOLE__MAX_PAGE_SIZE": "500"}).console
+    assert console.introspection is True and console.max_page_size == 500
+    assert console.sensitive_columns == "crew.*.passport"
+
+
+def test_invalid_console_settings_are_all_reported():
+    env = {"TIDESYNC_CONSOLE__MAX_DEPTH": "0", "TIDESYNC_CONSOLE__MAX_PAGE_SIZE": "5000",
+           "TIDESYNC_CONSOLE__DEFAULT_PAGE_SIZE": "6000",
+           "TIDESYNC_CONSOLE__SENSITIVE_COLUMNS": "just_a_table",
+           "TIDESYNC_CONSOLE__WAIT_TIMEOUT_MS": "-1"}
+    with pytest.raises(ConfigError) as error:
+        load_config(None, env=env)
+    problems = "\n".join(error.value.problems)
+    for name in ("max_depth", "max_page_size", "default_page_size", "sensitive_columns",
+                 "wait_timeout_ms"):
+        assert f"console.{name}" in problems

@@ -1,0 +1,240 @@
+"""The console's long-lived parts: the read-model pool, the event-sourced applications it
+reads and commands, and the services over them. One per server; requests share it.
+
+Applications open on first use, so the server starts while PostgreSQL is down (requests
+then answer UNAVAILABLE until it is back).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from eventsourcing.application import Application
+from eventsourcing.persistence import ApplicationRecorder, PersistenceError
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool
+
+from tidesync.config import ConsoleConfig
+from tidesync.graphql.accounts import TokenAuthenticator, UsersApplication, UserService
+from tidesync.graphql.limits import QueryLimits
+from tidesync.graphql.positions import FollowedProjection, ReadModelWaits
+from tidesync.ingress.master_key import SecretBox
+from tidesync.ingress.nodes import NodesApplication, NodeService
+from tidesync.migrations import MigrationError, migrate_postgres
+from tidesync.projections.catalogue import default_catalogue
+from tidesync.projections.operations import OperatorAction
+from tidesync.projections.registry import Catalogue, OpenApplications
+from tidesync.shore.apps import ApplyJobs, ConflictCases
+from tidesync.shore.conflicts import ConflictService, PostgresRecordKeys, TargetRevisionReader
+from tidesync.shore.target import TargetApplier
+
+log = logging.getLogger(__name__)
+
+Pool = ConnectionPool[psycopg.Connection[TupleRow]]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+READ_REASON = "console query"
+
+
+@dataclass(frozen=True)
+class PrivilegedRead:
+    """A query that showed business values or audit data: what was read, of which object."""
+
+    what: str
+    target: str
+
+
+class ConsoleUnavailable(Exception):
+    """A store the console needs cannot be reached right now."""
+
+
+@dataclass(frozen=True)
+class ConsoleStores:
+    """Where the console's data lives: the event store (`eventsourcing` env), the read-model
+    database, the shore target (current revisions) and the node secret sealing key."""
+
+    event_store_env: dict[str, str]
+    conninfo: str
+    open_target: Callable[[], TargetApplier]
+    open_box: Callable[[], SecretBox]
+    pool_size: int = 4
+    pool_timeout: float = 5.0
+
+
+@dataclass
+class ConsoleApps:
+    """The event-sourced applications the console reads and commands; `every` also holds the
+    read side's other applications (the audit view follows them all)."""
+
+    conflict_cases: ConflictCases
+    apply_jobs: ApplyJobs
+    nodes: NodesApplication
+    users: UsersApplication
+    every: OpenApplications
+
+    def by_name(self) -> dict[str, Application[Any]]:
+        return {**dict(self.every), self.users.name: self.users}
+
+    def close(self) -> None:
+        self.every.close()
+        if self.users.name not in set(self.every):
+            self.users.close()
+
+
+@dataclass
+class Console:
+    settings: ConsoleConfig
+    stores: ConsoleStores
+    clock: Callable[[], dt.datetime] = utc_now
+    catalogue: Catalogue = field(default_factory=default_catalogue)
+    pool: Pool = field(init=False)
+    authenticator: TokenAuthenticator = field(init=False)
+    _apps: ConsoleApps | None = field(default=None, init=False)
+    _followed: tuple[FollowedProjection, ...] | None = field(default=None, init=False)
+    _revisions: TargetRevisionReader | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.pool = self._new_pool()
+        self.authenticator = TokenAuthenticator(
+            lambda: self.apps().users, ttl=self.settings.auth_cache_ms / 1000)
+
+    def sensitive_column(self, database: str, table: str, column: str) -> bool:
+        """Whether a column's evidence values are shown only to READ_SENSITIVE_COLUMNS."""
+        name = f"{database}.{table}.{column}"
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self._sensitive_patterns)
+
+    @property
+    def _sensitive_patterns(self) -> list[str]:
+        return [item.strip() for item in self.settings.sensitive_columns.split(",")
+                if item.strip()]
+
+    @property
+    def limits(self) -> QueryLimits:
+        s = self.settings
+        return QueryLimits(s.max_depth, s.max_aliases, s.max_cost, s.default_page_size,
+                           s.max_page_size)
+
+    def _new_pool(self) -> Pool:
+        return ConnectionPool(
+            self.stores.conninfo, min_size=1, max_size=self.stores.pool_size,
+            timeout=self.stores.pool_timeout, open=False, name="tidesync-console",
+            kwargs={"autocommit": True}, reconnect_timeout=24 * 3600,
+        )
+
+    def start(self) -> None:
+        """Open the pool and bring the schema up to date (blocking); failures are logged and
+        requests answer UNAVAILABLE until PostgreSQL is back. Starting again after `close`
+        opens everything anew."""
+        if self.pool.closed:
+            self.pool = self._new_pool()
+        self.pool.open(wait=False)
+        try:
+            migrate_postgres(self.stores.conninfo)
+            self.apps()
+        except (psycopg.OperationalError, MigrationError, ConsoleUnavailable) as error:
+            log.warning("console not ready at startup: %s", type(error).__name__)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._revisions is not None:
+                self._revisions.close()
+                self._revisions = None
+            if self._apps is not None:
+                self._apps.close()
+                self._apps = None
+        self.pool.close()
+
+    def apps(self) -> ConsoleApps:
+        """The applications, opened on first use (blocking). Opening creates their tables if
+        needed, which can collide with another process doing the same: tried twice."""
+        with self._lock:
+            for attempt in (1, 2):
+                if self._apps is not None:
+                    break
+                try:
+                    self._apps = self._open_apps()
+                except PersistenceError as error:
+                    log.warning("opening the console applications failed (%d): %s", attempt,
+                                type(error).__name__)
+                    if attempt == 2:
+                        raise ConsoleUnavailable(type(error).__name__) from error
+            assert self._apps is not None
+            return self._apps
+
+    def _open_apps(self) -> ConsoleApps:
+        # The console reads and commands lightly: one connection per application, more only
+        # while busy (the library's default keeps five open for each).
+        env = {**self.stores.event_store_env, "POSTGRES_POOL_SIZE": "1",
+               "POSTGRES_MAX_OVERFLOW": str(max(self.stores.pool_size - 1, 0))}
+        every = self.catalogue.open_applications(env)
+        try:
+            conflict_cases, apply_jobs = every["conflict_cases"], every["apply_jobs"]
+            nodes = every["nodes"]
+            assert isinstance(conflict_cases, ConflictCases)
+            assert isinstance(apply_jobs, ApplyJobs)
+            assert isinstance(nodes, NodesApplication)
+            users = every[UsersApplication.name] if UsersApplication.name in set(every) else (
+                UsersApplication(env=env))
+            assert isinstance(users, UsersApplication)
+        except BaseException:
+            every.close()
+            raise
+        return ConsoleApps(conflict_cases, apply_jobs, nodes, users, every)
+
+    def followed(self) -> tuple[FollowedProjection, ...]:
+        """Every projection feed the shore runs: what a read may wait for."""
+        if self._followed is None:
+            runners = self.catalogue.runners(self.apps().every, self.pool)
+            self._followed = tuple(
+                FollowedProjection(feed.tracking_name, feed.app.name,
+                                   tuple(feed.projection.topics))
+                for runner in runners for feed in runner.feeds)
+        return self._followed
+
+    # ------------------------------------------------------------------ services
+
+    def conflict_service(self) -> ConflictService:
+        with self._lock:
+            if self._revisions is None:
+                self._revisions = TargetRevisionReader(self.stores.open_target,
+                                                       PostgresRecordKeys(self.pool))
+            revisions = self._revisions
+        return ConflictService(self.apps().conflict_cases, revisions)
+
+    def node_service(self, sealing: bool) -> NodeService:
+        return NodeService(self.apps().nodes, self.stores.open_box() if sealing else None)
+
+    def user_service(self) -> UserService:
+        return UserService(self.apps().users)
+
+    def record_reads(self, reads: Sequence[PrivilegedRead], actor: str, trace_id: str) -> None:
+        """Record privileged reads (§17.3) as operator actions, all in one save."""
+        operations = self.apps().every["operations"]
+        actions = []
+        for read in reads:
+            action = OperatorAction.request(uuid.uuid4(), read.what, read.target, self.clock(),
+                                            actor, READ_REASON, trace_id)
+            action.complete(self.clock(), {}, actor, READ_REASON, trace_id)
+            actions.append(action)
+        operations.save(*actions)
+
+    def waits(self) -> ReadModelWaits:
+        recorders: dict[str, ApplicationRecorder] = {}
+        for name, app in self.apps().by_name().items():
+            recorder = app.recorder
+            assert isinstance(recorder, ApplicationRecorder)
+            recorders[name] = recorder
+        return ReadModelWaits(self.pool, recorders, self.followed())

@@ -1,0 +1,152 @@
+"""Node commands (§17.1): register, rotate and revoke, each with actor and reason. Register and
+rotate answer with the new signing secret, once."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import strawberry
+
+from tidesync.domain.node import InvalidNodeId, NodeError, NodeRevoked
+from tidesync.graphql.common import WritePosition, mutation
+from tidesync.graphql.context import Info
+from tidesync.graphql.nodes.types import (
+    NodeError as NodeErrorResult,
+)
+from tidesync.graphql.nodes.types import (
+    NodeErrorCode,
+    NodeRevokedSuccess,
+    NodeSecretIssued,
+    RegisterNodeResult,
+    RevokeNodeResult,
+    RotateNodeResult,
+)
+from tidesync.graphql.permissions import CanManageNodes, allow
+from tidesync.graphql.positions import Position
+from tidesync.graphql.threads import blocking
+from tidesync.ingress.master_key import MasterKeyError
+from tidesync.ingress.nodes import (
+    Actor,
+    IssuedSecret,
+    NodeAlreadyRegistered,
+    NodeNotFound,
+    NodesApplication,
+)
+
+MAX_OVERLAP_HOURS = 24 * 90
+
+
+@strawberry.input
+class RegisterNodeInput:
+    node_id: str
+    reason: str
+
+
+@strawberry.input
+class RotateNodeInput:
+    node_id: str
+    reason: str
+    overlap_hours: float = 24.0
+
+
+@strawberry.input
+class RevokeNodeInput:
+    node_id: str
+    reason: str
+
+
+@strawberry.type
+class NodeMutations:
+    @mutation(extensions=allow(CanManageNodes),
+                         description="Register a node; the answer holds its secret, once.")
+    async def register_node(self, info: Info, input: RegisterNodeInput) -> RegisterNodeResult:
+        context = info.context
+        actor = Actor(context.actor, input.reason, context.trace_id)
+
+        def run(nodes: NodesApplication) -> IssuedSecret:
+            return context.console.node_service(sealing=True).register(
+                input.node_id, actor, context.console.clock())
+
+        return await _issue(info, input.node_id, input.reason, run)
+
+    @mutation(extensions=allow(CanManageNodes),
+                         description="Issue a new secret; earlier ones stay valid for the "
+                                     "overlap. The answer holds the secret, once.")
+    async def rotate_node_credentials(self, info: Info,
+                                      input: RotateNodeInput) -> RotateNodeResult:
+        context = info.context
+        if not 0 <= input.overlap_hours <= MAX_OVERLAP_HOURS:
+            return NodeErrorResult(code=NodeErrorCode.INVALID_OVERLAP, node_id=input.node_id,
+                                   message=f"overlapHours must be 0..{MAX_OVERLAP_HOURS}")
+        actor = Actor(context.actor, input.reason, context.trace_id)
+        overlap = dt.timedelta(hours=input.overlap_hours)
+
+        def run(nodes: NodesApplication) -> IssuedSecret:
+            return context.console.node_service(sealing=True).rotate(
+                input.node_id, overlap, actor, context.console.clock())
+
+        return await _issue(info, input.node_id, input.reason, run)
+
+    @mutation(extensions=allow(CanManageNodes),
+                         description="Refuse the node's requests from now on; what it "
+                                     "already sent stays.")
+    async def revoke_node(self, info: Info, input: RevokeNodeInput) -> RevokeNodeResult:
+        context = info.context
+        if not input.reason.strip():
+            return _refused(input.node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
+        actor = Actor(context.actor, input.reason, context.trace_id)
+
+        def run() -> int:
+            apps = context.console.apps()
+            context.console.node_service(sealing=False).revoke(input.node_id, actor,
+                                                               context.console.clock())
+            return apps.nodes.recorder.max_notification_id() or 0
+
+        try:
+            position = await blocking(run)
+        except (NodeError, MasterKeyError) as error:
+            return _error_of(input.node_id, error)
+        return NodeRevokedSuccess(node_id=input.node_id,
+                                  position=WritePosition.of(Position("nodes", position)))
+
+
+async def _issue(info: Info, node_id: str, reason: str,
+                 run: Callable[[NodesApplication], IssuedSecret],
+                 ) -> NodeSecretIssued | NodeErrorResult:
+    if not reason.strip():
+        return _refused(node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
+    console = info.context.console
+
+    def issue() -> tuple[IssuedSecret, int]:
+        nodes = console.apps().nodes
+        issued = run(nodes)
+        return issued, nodes.recorder.max_notification_id() or 0
+
+    try:
+        issued, position = await blocking(issue)
+    except (NodeError, MasterKeyError) as error:
+        return _error_of(node_id, error)
+    return NodeSecretIssued(node_id=issued.node_id, credential_number=issued.number,
+                            position=WritePosition.of(Position("nodes", position)),
+                            secret_value=issued.text)
+
+
+def _error_of(node_id: str, error: Exception) -> NodeErrorResult:
+    codes: list[tuple[type[Exception], NodeErrorCode, str]] = [
+        (InvalidNodeId, NodeErrorCode.INVALID_NODE_ID,
+         "a node id is 1-63 of a-z, 0-9 and '-', starting alphanumeric"),
+        (NodeAlreadyRegistered, NodeErrorCode.ALREADY_REGISTERED, "already registered"),
+        (NodeNotFound, NodeErrorCode.NOT_FOUND, "no such node"),
+        (NodeRevoked, NodeErrorCode.REVOKED, "the node is revoked"),
+        (MasterKeyError, NodeErrorCode.MASTER_KEY_UNAVAILABLE,
+         "the master key that seals node secrets is not available"),
+    ]
+    for kind, code, message in codes:
+        if isinstance(error, kind):
+            return _refused(node_id, code, message)
+    return _refused(node_id, NodeErrorCode.REFUSED, str(error))
+
+
+def _refused(node_id: str, code: NodeErrorCode, message: str) -> NodeErrorResult:
+    return NodeErrorResult(code=code, message=message, node_id=node_id)

@@ -1,0 +1,32 @@
+"""Builds the console from a Config: the event store, the read-model database, the shore
+target (for current revisions) and the master key (for node secrets)."""
+
+from __future__ import annotations
+
+from tidesync.bootstrap import event_store_env, postgres_conninfo
+from tidesync.config import Config, EventStoreKind
+from tidesync.graphql.console import Console, ConsoleStores
+from tidesync.ingress.master_key import SecretBox, load_master_key
+from tidesync.shore.target import TargetApplier
+
+
+def build_console(config: Config) -> Console | None:
+    """The console over the configured stores; None on the SQLite event store (the read
+    models live in PostgreSQL only)."""
+    if config.event_store.kind is not EventStoreKind.POSTGRES:
+        return None
+
+    def open_target() -> TargetApplier:
+        from tidesync.shore.target_mysql import MySQLTargetApplier
+
+        return MySQLTargetApplier.from_config(config.target)
+
+    def open_box() -> SecretBox:
+        return SecretBox(load_master_key(config.shore, create=True))
+
+    stores = ConsoleStores(
+        event_store_env=event_store_env(config.event_store),
+        conninfo=postgres_conninfo(config.event_store), open_target=open_target,
+        open_box=open_box, pool_size=config.event_store.postgres_pool_size,
+    )
+    return Console(config.console, stores)
