@@ -1,0 +1,168 @@
+"""The ship's HTTP link and its retry rules against a small local HTTP stub.
+
+A stub, not the real shore: the conditions here (429 with Retry-After, 503, 426, 413, a
+dropped connection, a slow answer) are ones a healthy shore cannot be made to produce on
+demand. The real shore is used wherever it can produce the condition (tests/integration)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import random
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar
+
+import pytest
+
+from tidesync.domain.backoff import Backoff
+from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.transport import (
+    Disposition,
+    HttpShoreLink,
+    LinkDown,
+    RetrySchedule,
+    ShoreRefused,
+    disposition_of,
+)
+from tidesync.wire import codec
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.signing import NODE_HEADER, SIGNATURE_HEADER
+
+SECRET = bytes(range(32))
+NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+
+
+class Stub(http.server.BaseHTTPRequestHandler):
+    """Answers each request with the next scripted (status, headers, body); records requests."""
+
+    script: ClassVar[list[tuple[int, dict[str, str], bytes]]] = []
+    seen: ClassVar[list[tuple[str, str, dict[str, str], bytes]]] = []
+    delay = threading.Event()
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        Stub.seen.append((self.command, self.path, dict(self.headers), body))
+        status, headers, answer = Stub.script.pop(0)
+        if status == 0:  # drop the connection without answering
+            self.close_connection = True
+            self.connection.close()
+            return
+        if status == -1:  # answer too late
+            Stub.delay.wait(1.5)
+            return
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def stub(*script: tuple[int, dict[str, str], bytes]) -> Iterator[str]:
+    Stub.script, Stub.seen = list(script), []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        Stub.delay.set()
+        server.shutdown()
+        server.server_close()
+        Stub.delay.clear()
+
+
+def error(reason: str, retry_after: int | None = None) -> bytes:
+    message = pb.ErrorResponse(reason_code=reason, message="refused")
+    if retry_after is not None:
+        message.retry_after_seconds = retry_after
+    return codec.compress(message)
+
+
+def link(url: str, timeout: float = 5.0) -> HttpShoreLink:
+    return HttpShoreLink(url, "ship-7", SECRET, clock=lambda: NOW, timeout=timeout)
+
+
+def batch() -> OutgoingBatch:
+    return OutgoingBatch(uuid.uuid4(), (), codec.compress_bytes(b"batch"), 5)
+
+
+def test_uploads_are_signed_and_answers_decoded() -> None:
+    answer = pb.UploadBatchResponse(statuses=[pb.EventReceiveStatus(status=pb.RECEIVED)])
+    page = pb.ReceiptsPage(next_cursor="9", has_more=True)
+    with stub((200, {}, codec.compress(answer)), (200, {}, codec.compress(page))) as url:
+        shore = link(url)
+        assert shore.upload(batch()).statuses[0].status == pb.RECEIVED
+        assert shore.receipts("7", 100).next_cursor == "9"
+        shore.close()
+    (method, path, headers, body), (get, target, get_headers, _) = Stub.seen
+    assert (method, path, body) == ("POST", "/sync/v1/batches", codec.compress_bytes(b"batch"))
+    assert headers[NODE_HEADER] == "ship-7" and len(headers[SIGNATURE_HEADER]) == 64
+    assert (get, target) == ("GET", "/sync/v1/receipts?cursor=7&limit=100")
+    assert get_headers[codec.PROTOCOL_VERSION_HEADER] == codec.PROTOCOL_VERSION
+    assert shore.counters.physical_bytes == len(body)
+
+
+@pytest.mark.parametrize(("status", "reason", "disposition"), [
+    (429, "RATE_LIMITED", Disposition.RETRY),
+    (503, "STORE_UNAVAILABLE", Disposition.RETRY),
+    (408, "", Disposition.RETRY),
+    (401, "AUTH_BAD_SIGNATURE", Disposition.BLOCK_NODE),
+    (403, "NODE_MISMATCH", Disposition.BLOCK_NODE),
+    (426, "UNSUPPORTED_PROTOCOL", Disposition.BLOCK_NODE),
+    (413, "PAYLOAD_TOO_LARGE", Disposition.SPLIT),
+])
+def test_refusals_carry_the_shores_reason_and_their_disposition(
+        status: int, reason: str, disposition: Disposition) -> None:
+    body = error(reason) if reason else b"not protobuf"
+    with stub((status, {}, body)) as url, pytest.raises(ShoreRefused) as refused:
+        link(url).upload(batch())
+    assert refused.value.status == status
+    assert refused.value.reason == (reason or f"HTTP_{status}")
+    assert refused.value.disposition is disposition is disposition_of(status)
+
+
+def test_retry_after_from_the_header_or_the_body() -> None:
+    with stub((429, {"Retry-After": "7"}, error("RATE_LIMITED")),
+              (503, {}, error("STORE_UNAVAILABLE", retry_after=5))) as url:
+        shore = link(url)
+        with pytest.raises(ShoreRefused) as first:
+            shore.upload(batch())
+        with pytest.raises(ShoreRefused) as second:
+            shore.upload(batch())
+    assert (first.value.retry_after, second.value.retry_after) == (7.0, 5.0)
+
+
+def test_dropped_connections_and_timeouts_are_link_down() -> None:
+    with stub((0, {}, b""), (-1, {}, b"")) as url:
+        shore = link(url, timeout=0.5)
+        with pytest.raises(LinkDown) as dropped:
+            shore.upload(batch())
+        with pytest.raises(LinkDown) as slow:
+            shore.upload(batch())
+    assert dropped.value.disposition is Disposition.RETRY
+    assert slow.value.reason == "TIMEOUT"
+    with pytest.raises(LinkDown):  # nothing listens
+        link("http://127.0.0.1:9", timeout=0.5).upload(batch())
+
+
+def test_the_retry_schedule_is_full_jitter_with_a_retry_after_floor() -> None:
+    schedule = RetrySchedule(Backoff(), random.Random(7))
+    delays = [schedule.failed(100.0) for _ in range(12)]
+    ceilings = [min(300.0, 2.0 ** (n - 1)) for n in range(1, 13)]
+    assert all(0 <= d < c for d, c in zip(delays, ceilings, strict=True))
+    assert not schedule.due(100.0) and schedule.due(100.0 + delays[-1])
+    assert schedule.failed(100.0, retry_after=42.0) >= 42.0
+    assert schedule.failed(100.0, retry_after=4000.0) == 300.0  # capped at 5 minutes
+    schedule.succeeded()
+    assert schedule.attempt == 0 and schedule.due(0.0)

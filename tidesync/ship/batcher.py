@@ -1,0 +1,183 @@
+"""The send window and the batcher: events awaiting upload, cut into upload batches (§9.3, §13.2).
+
+Batches hold ≤ 500 events or ≤ 4 MiB before compression, prefer one rule and source partition,
+and keep each partition's events in offset order (one key lives in one partition).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from tidesync.domain.change_event import ChangeEvent
+from tidesync.ship.state import PartitionKey, rule_of
+from tidesync.wire import codec
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_events: int = 500
+    max_bytes: int = 4 * 1024 * 1024
+    level: int = codec.DEFAULT_LEVEL
+    include_before: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_events < 1 or self.max_bytes < 1:
+            raise ValueError("batch limits must be >= 1")
+
+
+@dataclass
+class Pending:
+    """One event in the window: its size estimate and when it may be sent (monotonic s)."""
+
+    event: ChangeEvent
+    size: int
+    not_before: float = 0.0
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class OutgoingBatch:
+    """One upload: the compressed body and the events it carries, in batch order."""
+
+    batch_id: uuid.UUID
+    events: tuple[ChangeEvent, ...]
+    body: bytes
+    uncompressed_bytes: int
+
+    @property
+    def event_ids(self) -> list[uuid.UUID]:
+        return [event.event_id for event in self.events]
+
+    def partitions(self) -> set[PartitionKey]:
+        return {PartitionKey(e.source_topic, e.source_partition) for e in self.events}
+
+
+class SendWindow:
+    """Events read from the queue and not yet received by the shore, per partition in offset
+    order. The consumer pauses a partition whose share is full, so the window stays bounded;
+    payloads leave it as soon as the shore has them (RECEIVED), never staying for receipts."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[PartitionKey, OrderedDict[uuid.UUID, Pending]] = {}
+        self._where: dict[uuid.UUID, PartitionKey] = {}
+        self._in_flight: set[uuid.UUID] = set()
+        self._turn = 0
+
+    def add(self, events: Iterable[ChangeEvent], sizes: dict[uuid.UUID, int] | None = None
+            ) -> None:
+        """Append events (in offset order per partition); an event already held is ignored."""
+        for event in events:
+            if event.event_id in self._where:
+                continue
+            key = PartitionKey(event.source_topic, event.source_partition)
+            size = (sizes or {}).get(event.event_id) or 1024
+            self._partitions.setdefault(key, OrderedDict())[event.event_id] = Pending(event, size)
+            self._where[event.event_id] = key
+
+    def discard(self, event_ids: Iterable[uuid.UUID]) -> None:
+        for event_id in event_ids:
+            key = self._where.pop(event_id, None)
+            self._in_flight.discard(event_id)
+            if key is not None:
+                pending = self._partitions[key]
+                del pending[event_id]
+                if not pending:
+                    del self._partitions[key]
+
+    def defer(self, event_ids: Iterable[uuid.UUID], not_before: float) -> None:
+        """Hold events (retryable per-event failures) until `not_before`."""
+        for event_id in event_ids:
+            key = self._where.get(event_id)
+            self._in_flight.discard(event_id)
+            if key is not None:
+                pending = self._partitions[key][event_id]
+                pending.not_before = max(pending.not_before, not_before)
+                pending.attempts += 1
+
+    def release(self, event_ids: Iterable[uuid.UUID]) -> None:
+        """Events of a batch that did not get through: sendable again."""
+        for event_id in event_ids:
+            self._in_flight.discard(event_id)
+
+    def attempts(self, event_id: uuid.UUID) -> int:
+        key = self._where.get(event_id)
+        return 0 if key is None else self._partitions[key][event_id].attempts
+
+    def count(self, key: PartitionKey) -> int:
+        return len(self._partitions.get(key, ()))
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, event_id: uuid.UUID) -> bool:
+        return event_id in self._where
+
+    def has_due(self, now: float) -> bool:
+        return any(self._due(now, key) for key in self._partitions)
+
+    def next_due(self) -> float | None:
+        """The earliest time a held event becomes sendable (None: nothing waits)."""
+        times = [p.not_before for pending in self._partitions.values()
+                 for p in pending.values() if p.event.event_id not in self._in_flight]
+        return min(times) if times else None
+
+    def _due(self, now: float, key: PartitionKey) -> Iterator[Pending]:
+        for pending in self._partitions[key].values():
+            if pending.event.event_id not in self._in_flight and pending.not_before <= now:
+                yield pending
+
+    def take(self, now: float, limits: BatchLimits) -> list[ChangeEvent]:
+        """Due events up to the limits, marked in flight. Partitions take turns as the head
+        of a batch (none starves); the head's rule is preferred when topping up from other
+        partitions; each partition's events keep their offset order."""
+        keys = sorted(self._partitions)
+        start = self._turn % len(keys) if keys else 0
+        heads: dict[PartitionKey, ChangeEvent] = {}
+        for key in keys[start:] + keys[:start]:
+            head = self._head(now, key)
+            if head is not None:
+                heads[key] = head
+        if not heads:
+            return []
+        order = list(heads)
+        self._turn = keys.index(order[0]) + 1
+        rule = rule_of(heads[order[0]])
+        ranked = sorted(order[1:], key=lambda k: rule_of(heads[k]) != rule)
+        chosen: list[ChangeEvent] = []
+        size = 0
+        for key in [order[0], *ranked]:
+            for pending in self._due(now, key):
+                if chosen and (len(chosen) >= limits.max_events
+                               or size + pending.size > limits.max_bytes):
+                    self._in_flight.update(event.event_id for event in chosen)
+                    return chosen
+                chosen.append(pending.event)
+                size += pending.size
+        self._in_flight.update(event.event_id for event in chosen)
+        return chosen
+
+    def _head(self, now: float, key: PartitionKey) -> ChangeEvent | None:
+        return next((pending.event for pending in self._due(now, key)), None)
+
+
+def build_batch(events: list[ChangeEvent], node_id: str, created_at: dt.datetime,
+                limits: BatchLimits, batch_id: uuid.UUID | None = None
+                ) -> tuple[OutgoingBatch, list[ChangeEvent]]:
+    """The batch of as many leading `events` as fit `limits.max_bytes` uncompressed (at least
+    one), and the events left over. Size estimates only choose candidates; this decides."""
+    left: list[ChangeEvent] = []
+    batch_id = batch_id or uuid.uuid4()
+    while True:
+        message = codec.build_batch(events, node_id=node_id, batch_id=batch_id,
+                                    created_at=created_at, include_before=limits.include_before)
+        raw = codec.serialize_batch(message)
+        if len(raw) <= limits.max_bytes or len(events) == 1:
+            body = codec.compress_bytes(raw, limits.level)
+            return OutgoingBatch(batch_id, tuple(events), body, len(raw)), left
+        # Keep the share that fits by bytes, less a tenth for the name table's growth.
+        keep = max(1, min(len(events) - 1, len(events) * limits.max_bytes * 9 // (len(raw) * 10)))
+        events, left = events[:keep], events[keep:] + left

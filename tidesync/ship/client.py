@@ -1,0 +1,586 @@
+"""The ship client loop: consume → state → batch → upload → receipts → queue commit.
+
+One thread; nothing in it sleeps on the link: retries are scheduled and the queue keeps being
+read meanwhile. Memory stays bounded by the send window, whatever the queue's backlog.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import logging
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from tidesync.config import ShipConfig
+from tidesync.domain.backoff import Backoff
+from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.token_bucket import TokenBucket
+from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
+from tidesync.ship.column_types import InMemoryColumnTypes
+from tidesync.ship.consumer import (
+    KafkaQueue,
+    QueueConsumer,
+    QueueReason,
+    QueueSettings,
+    QueueUnavailable,
+    parse_options,
+)
+from tidesync.ship.debezium import DebeziumNormalizer, NormalizerSettings
+from tidesync.ship.state import (
+    EventState,
+    PartitionKey,
+    Progress,
+    ReceiveAnswer,
+    ReceiveOutcome,
+    SQLiteShipState,
+    StateStoreError,
+    TerminalResult,
+    Watermark,
+    utc_now,
+)
+from tidesync.ship.telemetry import (
+    HealthBoard,
+    HealthReason,
+    HealthState,
+    Subsystem,
+    ThroughputMeter,
+    build_heartbeat,
+    disk_health,
+    partition_backlog,
+)
+from tidesync.ship.transport import (
+    Disposition,
+    HttpShoreLink,
+    LinkDown,
+    LinkError,
+    RetrySchedule,
+    ShoreLink,
+)
+from tidesync.wire import codec
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.signing import secret_from_text
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], dt.datetime]
+Monotonic = Callable[[], float]
+
+_RECEIVE_OUTCOMES = {pb.RECEIVED: ReceiveOutcome.RECEIVED,
+                     pb.RETRYABLE_FAILURE: ReceiveOutcome.RETRYABLE_FAILURE,
+                     pb.PERMANENT_REJECTED: ReceiveOutcome.PERMANENT_REJECTED}
+_MAX_RECEIPT_PAGES = 20
+_QUEUE_RETRY_SECONDS = 1.0
+
+
+class ExitCode(enum.IntEnum):
+    IDLE = 0
+    BLOCKED = 3
+    TIMEOUT = 4
+
+
+class ClientReason(enum.StrEnum):
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    UNENCODABLE_EVENT = "UNENCODABLE_EVENT"
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    node_id: str
+    replay_epoch: int = 0
+    limits: BatchLimits = field(default_factory=BatchLimits)
+    window_per_partition: int = 1000
+    window_total: int = 5000
+    max_open_per_partition: int = 100_000
+    poll_records: int = 500
+    receipts_page_size: int = 500
+    receipts_interval: float = 5.0
+    heartbeat_interval: float = 60.0
+    topic_refresh_interval: float = 30.0
+    commit_interval: float = 1.0
+    idle_poll_seconds: float = 0.2
+    uplink_rate: float = 0.0
+    uplink_burst: float = 1024 * 1024
+
+    @classmethod
+    def of(cls, ship: ShipConfig) -> ClientSettings:
+        return cls(
+            node_id=ship.node_id, replay_epoch=ship.replay_epoch,
+            limits=BatchLimits(ship.batch_max_events, ship.batch_max_bytes, ship.zstd_level),
+            window_per_partition=ship.send_window_events,
+            window_total=ship.send_window_total_events,
+            max_open_per_partition=ship.max_open_per_partition,
+            receipts_page_size=ship.receipts_page_size,
+            receipts_interval=float(ship.receipts_interval_seconds),
+            heartbeat_interval=float(ship.heartbeat_interval_seconds),
+            uplink_rate=float(ship.uplink_rate_bytes_per_sec),
+            uplink_burst=float(ship.uplink_burst_bytes),
+        )
+
+
+@dataclass
+class _Timer:
+    """A periodic action's next due time (monotonic seconds)."""
+
+    interval: float
+    next_at: float = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def done(self, now: float) -> None:
+        self.next_at = now + self.interval
+
+
+class ShipClient:
+    """Composes the queue consumer, state store, send window and shore link."""
+
+    def __init__(self, settings: ClientSettings, consumer: QueueConsumer,
+                 state: SQLiteShipState, link: ShoreLink, *, clock: Clock = utc_now,
+                 monotonic: Monotonic = time.monotonic, rng: random.Random | None = None
+                 ) -> None:
+        self.settings, self.consumer, self.state, self.link = settings, consumer, state, link
+        self.clock, self.monotonic = clock, monotonic
+        self.rng = rng or random.SystemRandom()
+        self.backoff = Backoff()
+        self.window = SendWindow()
+        self.health = HealthBoard()
+        self.upload_retry = RetrySchedule(self.backoff, self.rng)
+        self.receipts_retry = RetrySchedule(self.backoff, self.rng)
+        self.heartbeat_retry = RetrySchedule(self.backoff, self.rng)
+        self.topics = _Timer(settings.topic_refresh_interval)
+        self.receipts = _Timer(settings.receipts_interval)
+        self.heartbeats = _Timer(settings.heartbeat_interval)
+        self.commits = _Timer(settings.commit_interval)
+        self.meter = ThroughputMeter(clock())
+        self.node_blocked: tuple[str, str] | None = None
+        self.batch_events = settings.limits.max_events
+        self.bucket = (TokenBucket.full(settings.uplink_rate, settings.uplink_burst, monotonic())
+                       if settings.uplink_rate > 0 else None)
+        self.awaiting = state.awaiting_receipts()
+        self.more_receipts = self.awaiting > 0
+        self.stop_event = threading.Event()
+        self.uploaded_batches = 0
+        self._watermarks: dict[PartitionKey, Watermark] = {}
+        self._queue_down: str | None = None
+        self._blocked_dirty = True
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, until_idle: bool = False, timeout: float | None = None) -> ExitCode:
+        """Run until stopped or, with `until_idle`, until nothing more can progress."""
+        deadline = None if timeout is None else self.monotonic() + timeout
+        self._set_health(Subsystem.TRANSPORT, HealthState.HEALTHY)
+        self._set_health(Subsystem.CAPTURE, HealthState.HEALTHY)
+        try:
+            while not self.stop_event.is_set():
+                self.step()
+                if until_idle and self.idle():
+                    self._final_heartbeat()
+                    return ExitCode.BLOCKED if self.stuck() else ExitCode.IDLE
+                if deadline is not None and self.monotonic() > deadline:
+                    return ExitCode.TIMEOUT
+            return ExitCode.IDLE
+        except StateStoreError as error:
+            log.error("state store failed, stopping without committing further: %s", error)
+            self._set_health(Subsystem.DISK, HealthState.BLOCKED,
+                             HealthReason.STATE_STORE_FAILED, str(error)[:200], persist=False)
+            return ExitCode.BLOCKED
+
+    def stop_on_signals(self) -> None:
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("stopping (signal %d)", signum)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+    def step(self) -> None:
+        """One turn: read, send one batch, pull receipts, commit, report — each when due."""
+        now = self.monotonic()
+        if self.topics.due(now):
+            self._refresh_topics(now)
+        self._intake()
+        self._upload()
+        self._pull_receipts()
+        self._commit()
+        self._heartbeat()
+
+    def idle(self) -> bool:
+        """Caught up with the queue, nothing left to send, no receipt awaited, all committed
+        — or the node is blocked and cannot send at all."""
+        if self.node_blocked is not None:
+            return True
+        if self._queue_down is not None or not self.consumer.caught_up() or self.awaiting:
+            return False
+        if self.window.has_due(float("inf")) or self.more_receipts:
+            return False
+        return not any(wm.commit_due for wm in self._current_watermarks().values())
+
+    def stuck(self) -> bool:
+        """Something needs an operator: the node is blocked, or records/partitions are."""
+        return (self.node_blocked is not None or bool(self.consumer.blocked_partitions())
+                or bool(self.state.blocked_reasons()))
+
+    # ------------------------------------------------------------------ queue
+
+    def _refresh_topics(self, now: float) -> None:
+        try:
+            new = self.consumer.refresh()
+        except QueueUnavailable as error:
+            self._queue_unavailable(error)
+            return
+        finally:
+            self.topics.done(now)
+        if new:
+            log.info("consuming %d new partitions", len(new))
+        if not self.consumer.partitions:
+            self._set_health(Subsystem.CAPTURE, HealthState.DEGRADED, QueueReason.NO_CDC_TOPICS,
+                             "no topic matches the CDC topic pattern")
+        else:
+            self._set_health(Subsystem.CAPTURE, HealthState.HEALTHY)
+
+    def _intake(self) -> None:
+        self.consumer.set_paused(self._full_partitions())
+        busy = self.window.has_due(self.monotonic()) and self._may_upload()
+        try:
+            recorded = self.consumer.poll(self.settings.poll_records,
+                                          0.0 if busy else self.settings.idle_poll_seconds)
+        except QueueUnavailable as error:
+            self._queue_unavailable(error)
+            return
+        self._queue_down = None
+        if recorded.sendable:
+            self.window.add(recorded.sendable, recorded.sizes)
+        if recorded.awaiting_receipt:
+            self.awaiting = self.state.awaiting_receipts()
+            self.more_receipts = True
+        if recorded.new_events or recorded.blocked or recorded.skipped or recorded.rereads:
+            self._watermarks.clear()
+        if recorded.blocked:
+            self._blocked_dirty = True
+        self._update_queue_health()
+
+    def _full_partitions(self) -> set[PartitionKey]:
+        if len(self.window) >= self.settings.window_total:
+            return set(self.consumer.partitions)
+        watermarks = self._current_watermarks()
+        return {key for key in self.consumer.partitions
+                if self.window.count(key) >= self.settings.window_per_partition
+                or (key in watermarks and watermarks[key].open_records
+                    >= self.settings.max_open_per_partition)}
+
+    def _queue_unavailable(self, error: QueueUnavailable) -> None:
+        self._queue_down = str(error)
+        self._set_health(Subsystem.QUEUE, HealthState.OFFLINE, QueueReason.BROKER_UNREACHABLE,
+                         str(error)[:200])
+        self.stop_event.wait(_QUEUE_RETRY_SECONDS)
+
+    def _update_queue_health(self) -> None:
+        blocked_partitions = self.consumer.blocked_partitions()
+        if blocked_partitions:
+            reason = next(iter(blocked_partitions.values()))
+            self._set_health(Subsystem.QUEUE, HealthState.BLOCKED, reason,
+                             f"{len(blocked_partitions)} partitions not consumed")
+            return
+        if not self._blocked_dirty:
+            return
+        self._blocked_dirty = False
+        reasons = self.state.blocked_reasons()
+        if reasons:
+            top, _ = reasons.most_common(1)[0]
+            self._set_health(Subsystem.QUEUE, HealthState.BLOCKED, HealthReason.EVENTS_BLOCKED,
+                             f"{sum(reasons.values())} records blocked, most for {top}")
+        else:
+            self._set_health(Subsystem.QUEUE, HealthState.HEALTHY)
+
+    def _current_watermarks(self) -> dict[PartitionKey, Watermark]:
+        if not self._watermarks:
+            self._watermarks = {wm.key: wm for wm in self.state.watermarks()}
+        return self._watermarks
+
+    # ------------------------------------------------------------------ upload
+
+    def _may_upload(self) -> bool:
+        return self.node_blocked is None and self.upload_retry.due(self.monotonic())
+
+    def _upload(self) -> None:
+        now = self.monotonic()
+        if not self._may_upload() or not self.window.has_due(now):
+            return
+        limits = BatchLimits(self.batch_events, self.settings.limits.max_bytes,
+                             self.settings.limits.level, self.settings.limits.include_before)
+        events = self.window.take(now, limits)
+        try:
+            batch, left = build_batch(events, self.settings.node_id, self.clock(), limits)
+        except (ValueError, TypeError):
+            self._block_unencodable(events)
+            return
+        self.window.release(event.event_id for event in left)
+        if not self._spend(len(batch.body), now):
+            self.window.release(batch.event_ids)
+            return
+        self.state.mark(batch.event_ids, EventState.IN_FLIGHT)
+        try:
+            response = self.link.upload(batch)
+        except LinkError as error:
+            self._upload_failed(batch, error)
+            return
+        self.upload_retry.succeeded()
+        self.batch_events = self.settings.limits.max_events
+        self.uploaded_batches += 1
+        self._answered(batch, response)
+        self._set_health(Subsystem.TRANSPORT, HealthState.HEALTHY)
+
+    def _spend(self, wire_bytes: int, now: float) -> bool:
+        """Take the batch's compressed size from the uplink token bucket, or wait for it."""
+        if self.bucket is None:
+            return True
+        take = self.bucket.take(wire_bytes, now)
+        self.bucket = take.bucket
+        if not take.granted:
+            self.upload_retry.not_before = now + take.retry_after
+        return take.granted
+
+    def _block_unencodable(self, events: list[ChangeEvent]) -> None:
+        """An event the wire cannot carry blocks alone; the rest of the batch goes on."""
+        bad = [event.event_id for event in events if not encodable(event)]
+        self.window.release(event.event_id for event in events)
+        progress = self.state.apply_answers([ReceiveAnswer(
+            event_id, ReceiveOutcome.PERMANENT_REJECTED, ClientReason.UNENCODABLE_EVENT,
+            "the event cannot be encoded for the wire") for event_id in bad])
+        self._moved(progress)
+        log.error("%d events cannot be encoded and are blocked", len(bad))
+
+    def _answered(self, batch: OutgoingBatch, response: pb.UploadBatchResponse) -> None:
+        answers = [_answer(status) for status in response.statuses]
+        progress = self.state.apply_answers(answers)
+        unanswered = set(batch.event_ids) - {answer.event_id for answer in answers}
+        self._moved(progress)
+        self._retry_events(progress.retry | unanswered)
+        if progress.blocked:
+            log.warning("shore rejected %d events of batch %s", len(progress.blocked),
+                        batch.batch_id)
+        log.info("batch %s: %d events, %d bytes compressed; received %d, terminal %d,"
+                 " retry %d, rejected %d", batch.batch_id, len(batch.events), len(batch.body),
+                 len(progress.received), len(progress.terminal), len(progress.retry),
+                 len(progress.blocked))
+
+    def _retry_events(self, event_ids: set[uuid.UUID]) -> None:
+        if not event_ids:
+            return
+        now = self.monotonic()
+        for event_id in event_ids:
+            attempt = self.window.attempts(event_id) + 1
+            self.window.defer([event_id], now + self.backoff.delay(attempt, self.rng.random()))
+        self.state.mark(event_ids, EventState.RETRY_WAIT)
+
+    def _moved(self, progress: Progress) -> None:
+        """Events whose state moved leave the window; receipts are awaited for received ones."""
+        self.window.discard(progress.terminal | progress.received | progress.blocked)
+        if progress.blocked:
+            self._blocked_dirty = True
+        if progress.received:
+            self.more_receipts = True
+        if progress.received or progress.terminal:
+            self.awaiting = self.state.awaiting_receipts()
+        self.meter.confirmed_bytes += progress.terminal_bytes
+        self._watermarks.clear()
+
+    def _upload_failed(self, batch: OutgoingBatch, error: LinkError) -> None:
+        ids = batch.event_ids
+        if error.disposition is Disposition.SPLIT and len(ids) > 1:
+            self.batch_events = max(1, len(ids) // 2)
+            self.window.release(ids)
+            self.state.mark(ids, EventState.READY)
+            return
+        if error.disposition is Disposition.SPLIT:
+            progress = self.state.apply_answers([ReceiveAnswer(
+                ids[0], ReceiveOutcome.PERMANENT_REJECTED, ClientReason.PAYLOAD_TOO_LARGE,
+                f"one event of {batch.uncompressed_bytes} bytes exceeds the shore's limit")])
+            self._moved(progress)
+            return
+        self.window.release(ids)
+        if error.disposition is Disposition.BLOCK_NODE:
+            self.state.mark(ids, EventState.READY)
+            self._block_node(error)
+            return
+        self.state.mark(ids, EventState.RETRY_WAIT)
+        delay = self.upload_retry.failed(self.monotonic(), error.retry_after)
+        state = HealthState.OFFLINE if isinstance(error, LinkDown) or (
+            error.status is not None and error.status >= 500) else HealthState.DEGRADED
+        self._set_health(Subsystem.TRANSPORT, state, error.reason, str(error)[:200])
+        log.warning("upload of batch %s failed (%s); retry %d in %.1f s", batch.batch_id,
+                    error.reason, self.upload_retry.attempt, delay)
+
+    def _block_node(self, error: LinkError) -> None:
+        self.node_blocked = (error.reason, str(error)[:300])
+        self._set_health(Subsystem.TRANSPORT, HealthState.BLOCKED, error.reason,
+                         str(error)[:300])
+        log.error("the shore refused this node (%s, HTTP %s): uploads stop until restarted",
+                  error.reason, error.status)
+
+    # ------------------------------------------------------------------ receipts
+
+    def _pull_receipts(self) -> None:
+        now = self.monotonic()
+        if (self.node_blocked is not None or not self.awaiting
+                or not self.receipts_retry.due(now)
+                or not (self.more_receipts or self.receipts.due(now))):
+            return
+        self.receipts.done(now)
+        self.more_receipts = False
+        for _ in range(_MAX_RECEIPT_PAGES):
+            try:
+                page = self.link.receipts(self.state.cursor(), self.settings.receipts_page_size)
+            except LinkError as error:
+                self._request_failed(self.receipts_retry, error, "receipts")
+                return
+            self.receipts_retry.succeeded()
+            results = [TerminalResult(uuid.UUID(bytes=r.event_id),
+                                      pb.EventResultCode.Name(r.result), r.reason_code)
+                       for r in page.results if len(r.event_id) == 16]
+            cursor = page.next_cursor or self.state.cursor()
+            self._moved(self.state.apply_receipts(results, cursor))
+            if not page.has_more:
+                return
+        self.more_receipts = True
+
+    def _request_failed(self, schedule: RetrySchedule, error: LinkError, what: str) -> None:
+        if error.disposition is Disposition.BLOCK_NODE:
+            self._block_node(error)
+            return
+        delay = schedule.failed(self.monotonic(), error.retry_after)
+        log.warning("%s request failed (%s); retry in %.1f s", what, error.reason, delay)
+
+    # ------------------------------------------------------------------ commit
+
+    def _commit(self) -> None:
+        now = self.monotonic()
+        if not self.commits.due(now):
+            return
+        self.commits.done(now)
+        try:
+            committed = self.consumer.commit(self._current_watermarks().values())
+        except QueueUnavailable as error:
+            self._queue_unavailable(error)
+            return
+        if committed:
+            self._watermarks.clear()
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def _heartbeat(self, force: bool = False) -> None:
+        now = self.monotonic()
+        if self.node_blocked is not None or not self.heartbeat_retry.due(now) or not (
+                force or self.heartbeats.due(now)):
+            return
+        self.heartbeats.done(now)
+        self._check_disk()
+        message = self.heartbeat_message()
+        try:
+            answer = self.link.heartbeat(message)
+        except LinkError as error:
+            self._request_failed(self.heartbeat_retry, error, "heartbeat")
+            return
+        self.heartbeat_retry.succeeded()
+        if answer.next_interval_seconds:
+            self.heartbeats.interval = float(min(max(answer.next_interval_seconds, 5), 3600))
+
+    def heartbeat_message(self) -> pb.Heartbeat:
+        ends = self.consumer.end_offsets()
+        if ends:
+            self.state.set_end_offsets(ends)
+        average = self.state.average_bytes()
+        backlog = [partition_backlog(wm, self.state.backlog(wm), ends.get(wm.key), average)
+                   for wm in self.state.watermarks()]
+        counters = getattr(self.link, "counters", None)
+        sample = self.meter.sample(self.clock(), getattr(counters, "physical_bytes", 0),
+                                   getattr(counters, "active_seconds", 0.0))
+        self.state.record_metrics(self.clock())
+        return build_heartbeat(self.settings.node_id, self.clock(),
+                               self.health.entries.values(), backlog, [sample])
+
+    def _final_heartbeat(self) -> None:
+        self.heartbeat_retry.succeeded()
+        self._heartbeat(force=True)
+
+    def _check_disk(self) -> None:
+        state, reason, detail = disk_health(self.state.path)
+        self._set_health(Subsystem.DISK, state, reason, detail)
+
+    # ------------------------------------------------------------------ health
+
+    def _set_health(self, subsystem: Subsystem, state: HealthState, reason: str = "",
+                    detail: str = "", persist: bool = True) -> None:
+        if self.health.set(subsystem, state, self.clock(), reason, detail) and persist:
+            entry = self.health.get(subsystem)
+            if entry is not None:
+                self.state.set_health([entry])
+
+    def close(self) -> None:
+        close = getattr(self.link, "close", None)
+        if close is not None:
+            close()
+        self.consumer.queue.close()
+        self.state.close()
+
+
+def encodable(event: ChangeEvent) -> bool:
+    try:
+        codec.event_to_wire(event, codec.NameTable())
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _answer(status: pb.EventReceiveStatus) -> ReceiveAnswer:
+    outcome = _RECEIVE_OUTCOMES.get(status.status, ReceiveOutcome.RETRYABLE_FAILURE)
+    result = (pb.EventResultCode.Name(status.result.result)
+              if status.HasField("result") and status.result.result else None)
+    return ReceiveAnswer(uuid.UUID(bytes=status.event_id), outcome, status.reason_code,
+                         status.detail, result)
+
+
+# ----------------------------------------------------------------------------- composition
+
+
+def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
+    tables: set[tuple[str, str]] = set()
+    for item in filter(None, (part.strip() for part in ship.bidirectional_tables.split(","))):
+        database, _, table = item.partition(".")
+        tables.add((database, table))
+    types = (InMemoryColumnTypes.from_json_file(ship.column_types_file)
+             if ship.column_types_file else None)
+    return DebeziumNormalizer(NormalizerSettings(
+        origin_node_id=ship.node_id, source_connector_id=ship.source_connector_id,
+        replay_epoch=ship.replay_epoch,
+        bidirectional_tables=frozenset(tables),
+        column_types=types))
+
+
+def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
+                 clock: Clock = utc_now) -> ShipClient:
+    """The client of this configuration; `link` replaces the HTTP link (benchmarks)."""
+    if not ship.node_id:
+        raise ValueError("ship.node_id is required")
+    if not ship.kafka_bootstrap_servers:
+        raise ValueError("ship.kafka_bootstrap_servers is required")
+    if link is None:
+        if not ship.secret:
+            raise ValueError("ship.secret is required (the node's signing secret)")
+        link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
+                             clock=clock, timeout=float(ship.request_timeout_seconds))
+    state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
+    queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
+                                     ship.topic_pattern,
+                                     parse_options(ship.kafka_consumer_options)))
+    consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch)
+    return ShipClient(ClientSettings.of(ship), consumer, state, link, clock=clock)

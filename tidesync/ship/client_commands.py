@@ -1,0 +1,98 @@
+"""`tidesync ship run` (the uplink client loop) and `tidesync ship status` (its state store).
+
+Both read the `[ship]` section of the configuration; `status` only reads the SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tidesync.config import load_config
+
+if TYPE_CHECKING:
+    from tidesync.ship.state import SQLiteShipState
+
+
+def add_client_commands(
+    ship_commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    run = ship_commands.add_parser(
+        "run", help="consume the CDC queue, upload to the shore, pull receipts, commit")
+    run.add_argument("--until-idle", action="store_true",
+                     help="exit once caught up and every event is terminal (exit 0), or when"
+                          " nothing more can progress without an operator (exit 3)")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="give up after this many seconds (exit 4)")
+    run.set_defaults(handler=_run)
+    status = ship_commands.add_parser(
+        "status", help="watermarks, backlog, health and blocked reasons from the state store")
+    status.set_defaults(handler=_status)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tidesync.ship.client import build_client
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = load_config(args.config)
+    client = build_client(config.ship)
+    client.stop_on_signals()
+    try:
+        code = client.run(until_idle=args.until_idle, timeout=args.timeout)
+    finally:
+        client.close()
+    return int(code)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from tidesync.ship.state import SQLiteShipState, StateStoreError
+
+    config = load_config(args.config)
+    ship = config.ship
+    if not Path(ship.state_path).exists():
+        print(f"tidesync: no ship state at {ship.state_path}", file=sys.stderr)
+        return 1
+    try:
+        state = SQLiteShipState(ship.state_path, ship.node_id, ship.group_id, read_only=True)
+        try:
+            print(json.dumps(status_report(state), indent=2))
+        finally:
+            state.close()
+    except StateStoreError as error:
+        print(f"tidesync: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def status_report(state: SQLiteShipState) -> dict[str, Any]:
+    """The state store's view for an operator: no business values, offsets and reasons."""
+    partitions = []
+    for wm in state.watermarks():
+        end = wm.end_offset if wm.end_offset is not None else wm.read_offset + 1
+        partitions.append({
+            "topic": wm.topic, "partition": wm.partition, "replay_epoch": wm.replay_epoch,
+            "read_offset": _offset(wm.read_offset), "received_offset": _offset(wm.received_offset),
+            "terminal_offset": _offset(wm.terminal_offset), "committed_offset": wm.committed_offset,
+            "end_offset": end, "backlog": max(0, end - wm.commit_offset),
+            "next_source_sequence": wm.next_source_sequence,
+        })
+    return {
+        "node_id": state.origin_node_id,
+        "consumer_group": state.consumer_group,
+        "health": [{"subsystem": h.subsystem, "state": h.state, "reason": h.reason_code,
+                    "detail": h.detail, "since": h.since.isoformat()} for h in state.health()],
+        "partitions": partitions,
+        "events_by_state": state.state_counts(),
+        "blocked_reasons": dict(state.blocked_reasons()),
+        "blocked": [{"topic": t, "partition": p, "offset": o, "reason": r, "detail": d}
+                    for t, p, o, r, d in state.blocked(limit=20)],
+        "receipts_cursor": state.cursor(),
+    }
+
+
+def _offset(value: int) -> int | None:
+    return value if value >= 0 else None

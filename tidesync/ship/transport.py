@@ -1,0 +1,292 @@
+"""The ship's link to the shore: signed /sync/v1 requests over HTTP(S), and how failures retry.
+
+408, 429, 5xx and network errors retry with full jitter (1 s … 5 min, Retry-After as a floor);
+401/403 (identity) and 426 (protocol) block the node with the shore's reason instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import http.client
+import random
+import socket
+import ssl
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Protocol
+
+from tidesync.domain.backoff import Backoff
+from tidesync.ship.batcher import OutgoingBatch
+from tidesync.wire import codec
+from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.signing import sign_request
+
+BATCHES_PATH = "/sync/v1/batches"
+RECEIPTS_PATH = "/sync/v1/receipts"
+HEARTBEAT_PATH = "/sync/v1/heartbeat"
+PROTOBUF = "application/x-protobuf"
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
+
+Clock = Callable[[], dt.datetime]
+
+
+class Disposition(enum.Enum):
+    """What the client does after a failed request."""
+
+    RETRY = "RETRY"            # back off and send the same thing again
+    SPLIT = "SPLIT"            # the body is too large: send fewer events
+    BLOCK_NODE = "BLOCK_NODE"  # identity or protocol refused: stop uploading, report BLOCKED
+
+
+class LinkReason(enum.StrEnum):
+    NETWORK_ERROR = "NETWORK_ERROR"
+    TIMEOUT = "TIMEOUT"
+    BAD_RESPONSE = "BAD_RESPONSE"
+
+
+class LinkError(Exception):
+    """A request that did not produce a usable answer."""
+
+    disposition: Disposition = Disposition.RETRY
+
+    def __init__(self, reason: str, message: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason, self.status, self.retry_after = reason, status, retry_after
+
+
+class LinkDown(LinkError):
+    """No answer: connection refused or reset, DNS, TLS or a timeout. Always retried."""
+
+
+class ShoreRefused(LinkError):
+    """The shore answered with an error status and (normally) an ErrorResponse."""
+
+    def __init__(self, reason: str, message: str, *, status: int,
+                 retry_after: float | None = None) -> None:
+        super().__init__(reason, message, status=status, retry_after=retry_after)
+        self.disposition = disposition_of(status)
+
+
+def disposition_of(status: int) -> Disposition:
+    if status in (408, 429) or status >= 500:
+        return Disposition.RETRY
+    if status == 413:
+        return Disposition.SPLIT
+    # 401/403 identity, 426 protocol; any other 4xx is a request this client cannot fix
+    # by sending it again.
+    return Disposition.BLOCK_NODE
+
+
+class ShoreLink(Protocol):
+    """The three /sync/v1 calls the uplink needs."""
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse: ...
+
+    def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage: ...
+
+    def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse: ...
+
+
+@dataclass
+class LinkCounters:
+    """Physical bytes sent (retries included) and seconds spent in successful transfers."""
+
+    physical_bytes: int = 0
+    active_seconds: float = 0.0
+
+
+class HttpShoreLink:
+    """/sync/v1 over one kept-alive http.client connection (re-opened after any failure).
+
+    Every request is signed with a fresh request id; every socket operation has a timeout.
+    """
+
+    def __init__(self, url: str, node_id: str, secret: bytes, *, clock: Clock,
+                 timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError("the shore URL must be http(s)://host[:port]")
+        self.scheme, self.host, self.port = parsed.scheme, parsed.hostname, parsed.port
+        self.prefix = parsed.path.rstrip("/")
+        self.node_id, self.secret, self.clock = node_id, secret, clock
+        self.timeout, self.ssl_context, self.monotonic = timeout, ssl_context, monotonic
+        self.counters = LinkCounters()
+        self._connection: http.client.HTTPConnection | None = None
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
+        raw = self._request("POST", BATCHES_PATH, batch.body)
+        return _parse(raw, pb.UploadBatchResponse)
+
+    def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage:
+        query = urllib.parse.urlencode({**({"cursor": cursor} if cursor else {}),
+                                        "limit": str(limit)})
+        raw = self._request("GET", f"{RECEIPTS_PATH}?{query}", b"")
+        return _parse(raw, pb.ReceiptsPage)
+
+    def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse:
+        raw = self._request("POST", HEARTBEAT_PATH, codec.compress(message))
+        return _parse(raw, pb.HeartbeatResponse)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _request(self, method: str, target: str, body: bytes) -> bytes:
+        """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused."""
+        target = self.prefix + target
+        headers = {"Content-Type": PROTOBUF, "Content-Encoding": "zstd",
+                   "Accept-Encoding": "zstd",
+                   codec.PROTOCOL_VERSION_HEADER: codec.PROTOCOL_VERSION,
+                   **sign_request(self.node_id, self.secret, method, target, body, self.clock(),
+                                  str(uuid.uuid4()))}
+        started = self.monotonic()
+        self.counters.physical_bytes += len(body)
+        try:
+            connection = self._open()
+            connection.request(method, target, body=body or None, headers=headers)
+            response = connection.getresponse()
+            answer = response.read(MAX_RESPONSE_BYTES + 1)
+            retry_after = _retry_after(response.getheader("Retry-After"))
+            status = response.status
+        except TimeoutError as error:
+            self.close()
+            raise LinkDown(LinkReason.TIMEOUT, f"{method} timed out") from error
+        except (OSError, http.client.HTTPException) as error:
+            self.close()
+            raise LinkDown(LinkReason.NETWORK_ERROR,
+                           f"{method} failed: {type(error).__name__}") from error
+        if response.will_close:
+            self.close()
+        if len(answer) > MAX_RESPONSE_BYTES:
+            self.close()
+            raise LinkDown(LinkReason.BAD_RESPONSE, "answer too large")
+        if status != 200:
+            raise _refused(status, answer, retry_after)
+        self.counters.active_seconds += self.monotonic() - started
+        return _decompressed(answer)
+
+    def _open(self) -> http.client.HTTPConnection:
+        if self._connection is None:
+            if self.scheme == "https":
+                self._connection = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.timeout,
+                    context=self.ssl_context or ssl.create_default_context())
+            else:
+                self._connection = http.client.HTTPConnection(self.host, self.port,
+                                                              timeout=self.timeout)
+            self._connection.connect()
+            if self._connection.sock is not None:
+                self._connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self._connection
+
+
+def _decompressed(answer: bytes) -> bytes:
+    try:
+        return codec.decompress_bytes(answer, MAX_RESPONSE_BYTES, MAX_RESPONSE_DECOMPRESSED)
+    except codec.WireError as error:
+        raise LinkDown(LinkReason.BAD_RESPONSE, f"unreadable answer: {error}") from error
+
+
+def _parse(raw: bytes, cls: type[codec.M]) -> codec.M:
+    try:
+        return codec.parse_message(raw, cls)
+    except codec.WireError as error:
+        raise LinkDown(LinkReason.BAD_RESPONSE, f"unreadable answer: {error}") from error
+
+
+def _refused(status: int, answer: bytes, retry_after: float | None) -> ShoreRefused:
+    reason, message = f"HTTP_{status}", f"the shore answered {status}"
+    try:
+        error = codec.parse_message(_decompressed(answer), pb.ErrorResponse)
+    except LinkError:
+        error = None
+    if error is not None and error.reason_code:
+        reason, message = error.reason_code, error.message[:300] or message
+        if error.HasField("retry_after_seconds") and retry_after is None:
+            retry_after = float(error.retry_after_seconds)
+    return ShoreRefused(reason, message, status=status, retry_after=retry_after)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After as seconds (delta-seconds form; an HTTP date is read as well)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (moment - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+# ----------------------------------------------------------------------------- retries
+
+
+@dataclass
+class RetrySchedule:
+    """When one kind of request may be tried again (full jitter, Retry-After floor).
+
+    The client loop never sleeps inside a request: it asks `due(now)` each turn, so reading
+    the queue goes on while the link waits. Network failures retry for ever (a ship can be
+    offline for months) with the delay capped at 5 minutes."""
+
+    backoff: Backoff = field(default_factory=Backoff)
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    attempt: int = 0
+    not_before: float = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.not_before
+
+    def failed(self, now: float, retry_after: float | None = None) -> float:
+        """Record a failure; returns the delay before the next try."""
+        self.attempt += 1
+        delay = self.backoff.delay(self.attempt, self.rng.random(), retry_after)
+        self.not_before = now + delay
+        return delay
+
+    def succeeded(self) -> None:
+        self.attempt, self.not_before = 0, 0.0
+
+
+# ----------------------------------------------------------------------------- offline link
+
+
+class NullShoreLink:
+    """A shore that answers every upload RECEIVED with the terminal result APPLIED.
+
+    For measuring the client without a network (benchmarks); it decodes nothing."""
+
+    def __init__(self) -> None:
+        self.counters = LinkCounters()
+        self.uploaded = 0
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
+        self.counters.physical_bytes += len(batch.body)
+        self.uploaded += len(batch.events)
+        response = pb.UploadBatchResponse(batch_id=batch.batch_id.bytes)
+        for event in batch.events:
+            response.statuses.add(event_id=event.event_id.bytes, status=pb.RECEIVED,
+                                  result=pb.EventResult(event_id=event.event_id.bytes,
+                                                        result=pb.APPLIED))
+        return response
+
+    def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage:
+        return pb.ReceiptsPage(next_cursor=cursor)
+
+    def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse:
+        return pb.HeartbeatResponse()
+
+    def close(self) -> None:
+        pass
