@@ -185,3 +185,37 @@ def test_default_values_are_written_in_the_schema() -> None:
 def test_a_decimal_that_does_not_fit_the_scale_is_refused() -> None:
     with pytest.raises(ValueError, match="scale"):
         connect_value(ColumnDefinition.parse("c", "decimal(10,2)"), Decimal("1.005"))
+
+
+def test_wide_decimals_keep_every_digit_through_the_normalizer():
+    """DECIMAL(65,30) values exceed Decimal's default 28-digit context; none may be rounded."""
+    import json as _json
+
+    from tidesync.ship.debezium import (
+        DebeziumNormalizer,
+        KafkaRecord,
+        Normalized,
+        NormalizerSettings,
+    )
+    from tidesync.ship.envelope_writer import (
+        ColumnDefinition,
+        DebeziumEnvelopeWriter,
+        EnvelopeOp,
+        SourceInfo,
+        TableDefinition,
+    )
+
+    table = TableDefinition("fleet", "ledger", (
+        ColumnDefinition.parse("id", "int", nullable=False),
+        ColumnDefinition.parse("amount", "decimal(65,30)", nullable=False),
+    ), ("id",))
+    wide = Decimal("-12345678901234567890123456789012345.123456789012345678901234567891")
+    record = DebeziumEnvelopeWriter("ship1").change(
+        table, EnvelopeOp.CREATE, before=None, after={"id": 1, "amount": wide},
+        source=SourceInfo(server_id=1, file="bin.000001", pos=4, row=0, ts_ms=0),
+        processed_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    outcome = DebeziumNormalizer(NormalizerSettings("ship-1", "c")).normalize(KafkaRecord(
+        record.topic, 0, 0, record.key_bytes(), _json.dumps(record.value).encode()))
+    assert isinstance(outcome, Normalized)
+    assert outcome.event.after["amount"] == wide
+    assert str(outcome.event.after["amount"]) == str(wide)

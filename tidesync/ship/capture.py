@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import decimal
 import json
 import logging
 import random
@@ -302,13 +301,7 @@ def change_records(writer: DebeziumEnvelopeWriter, change: RowChange, processed_
                    *, tombstones: bool) -> list[tuple[DebeziumRecord, Headers]]:
     """The records Debezium writes for a row change: a delete is followed by its tombstone, and
     an update of the primary key is a delete of the old key and a create of the new one."""
-    # Scaling a DECIMAL(65,30) to its unscaled integer needs more than the default 28 digits.
-    with decimal.localcontext() as context:
-        context.prec = _DECIMAL_DIGITS
-        return _change_records(writer, change, processed_at, tombstones)
-
-
-_DECIMAL_DIGITS = 100
+    return _change_records(writer, change, processed_at, tombstones)
 
 
 def _change_records(writer: DebeziumEnvelopeWriter, change: RowChange, processed_at: dt.datetime,

@@ -450,11 +450,20 @@ def _bit_value(column: ColumnDefinition, value: Value) -> Any:
 
 
 def _decimal_bytes(value: Decimal, scale: int) -> str:
-    # BigDecimal.unscaledValue().toByteArray(): minimal big-endian two's complement.
-    scaled = value.scaleb(scale)
-    if not scaled.is_finite() or scaled != scaled.to_integral_value():
-        raise ValueError(f"decimal does not fit scale {scale}")
-    unscaled = int(scaled)
+    # BigDecimal.unscaledValue().toByteArray(): minimal big-endian two's complement. Integer
+    # arithmetic, not Decimal arithmetic: the context's 28 digits would round DECIMAL(65, 30).
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise ValueError("a DECIMAL value must be finite")
+    coefficient = int("".join(map(str, digits)) or "0")
+    shift = exponent + scale
+    if shift >= 0:
+        unscaled = coefficient * 10 ** shift
+    else:
+        unscaled, remainder = divmod(coefficient, 10 ** -shift)
+        if remainder:
+            raise ValueError(f"decimal does not fit scale {scale}")
+    unscaled = -unscaled if sign else unscaled
     magnitude = unscaled.bit_length() if unscaled >= 0 else (~unscaled).bit_length()
     raw = unscaled.to_bytes(magnitude // 8 + 1, "big", signed=True)
     return base64.b64encode(raw).decode("ascii")
