@@ -216,16 +216,18 @@ def test_sigkill_at_a_random_moment_loses_nothing_and_repeats_nothing(
         config = ship_config(shore, kafka_broker, tmp_path / "ship.sqlite",
                              batch_max_events=25)
         env = client_env(config)
+        received_at_kill = []
         with pg_database.connect() as conn:
-            for share in sorted(rng.uniform(0.05, 0.8) for _ in range(2)):
+            for share in sorted(rng.uniform(0.05, 0.6) for _ in range(2)):
                 # Kill at a random moment once the uploads have begun and before they end.
                 process = run_client(env)
                 wait_until(lambda wanted=share * events: len(
                     inbox(pg_database, shore.node_id, conn)) >= wanted)
-                time.sleep(rng.uniform(0.0, 0.2))
+                time.sleep(rng.uniform(0.0, 0.05))
                 process.send_signal(signal.SIGKILL)
                 assert process.wait(10) == -signal.SIGKILL
-            assert len(inbox(pg_database, shore.node_id, conn)) < events  # killed mid-way
+                received_at_kill.append(len(inbox(pg_database, shore.node_id, conn)))
+        assert min(received_at_kill) < events  # at least one kill landed mid-way
         final = run_client(env, "--until-idle", "--timeout", "90")
         _, stderr = final.communicate(timeout=120)
         assert final.returncode == 0, stderr.decode()[-3000:]
