@@ -26,11 +26,11 @@ from tidesync.domain.change_event import (
 from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ApplyProcessor
-from tidesync.shore.target import TargetOutcomeKind
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps
+from tidesync.target.contract import TargetOutcomeKind
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 from tidesync.wire.codec import build_batch, serialize_batch
 
 BATCH = 500

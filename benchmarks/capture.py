@@ -27,7 +27,7 @@ from tidesync.ship.capture import (
     SQLitePositionStore,
 )
 from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.shore.target_schema import enable_mysql_table
+from tidesync.target.schema import enable_mysql_table
 
 FULL_ROWS = 20_000
 BATCH = 500

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness import Report, best_of
-from tidesync.ship.column_types import InMemoryColumnTypes
-from tidesync.ship.debezium import (
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import (
     DebeziumNormalizer,
     KafkaRecord,
     Normalized,

@@ -19,7 +19,7 @@ from tidesync.config import Config, EventStoreConfig, EventStoreKind, TargetConf
 if TYPE_CHECKING:
     from tidesync.ingress.routes import Ingress
     from tidesync.ingress.stores import SyncTables
-    from tidesync.shore.target import TargetApplier
+    from tidesync.target.contract import TargetApplier
 
 
 def event_store_env(store: EventStoreConfig) -> dict[str, str]:
@@ -153,10 +153,10 @@ def build_target_applier(target: TargetConfig) -> TargetApplier:
     """The `[target]` business database: the SQLite file `target.sqlite_path` when set, else
     the MySQL server."""
     if target.sqlite_path:
-        from tidesync.shore.target_sqlite import SQLiteTargetApplier
+        from tidesync.target.sqlite import SQLiteTargetApplier
 
         return SQLiteTargetApplier(target.sqlite_path, node_id=target.node_id)
-    from tidesync.shore.target_mysql import MySQLTargetApplier
+    from tidesync.target.mysql import MySQLTargetApplier
 
     return MySQLTargetApplier.from_config(target)
 

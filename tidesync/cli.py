@@ -16,7 +16,7 @@ from tidesync.config import Config, ConfigError, load_config
 COMMAND_MODULES = (
     "tidesync.shore.commands",
     "tidesync.ingress.commands",
-    "tidesync.shore.target_commands",
+    "tidesync.target.commands",
     "tidesync.ship.commands",
     "tidesync.projections.commands",
     "tidesync.graphql.commands",

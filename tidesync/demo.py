@@ -134,7 +134,7 @@ def prepare_databases(paths: DemoPaths) -> None:
     """Both business databases get the tables, enabled for sync; the ship's also for capture
     (after the sync triggers: the capture triggers must be the newer ones)."""
     from tidesync.ship.capture_sqlite import enable_sqlite_capture
-    from tidesync.shore.target_schema import enable_sqlite_table
+    from tidesync.target.schema import enable_sqlite_table
 
     for path, node_id, capture in ((paths.ship_business, SHIP_NODE_ID, True),
                                    (paths.shore_business, SHORE_NODE_ID, False)):
@@ -340,8 +340,8 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
     from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
     from tidesync.shore.processor import ProcessorSettings
     from tidesync.shore.server import BackgroundServer, create_app
-    from tidesync.shore.target import LEDGER_TABLE
     from tidesync.shore.worker import build_worker
+    from tidesync.target.contract import LEDGER_TABLE
 
     started = time.monotonic()
     broker = stack.enter_context(TansuBroker())

@@ -36,7 +36,7 @@ from tidesync.ingress.nodes import secret_text
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.capture import SQLitePositionStore, run_capture
 from tidesync.ship.state import SQLiteShipState
-from tidesync.shore.target_schema import enable_mysql_table
+from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

@@ -26,9 +26,9 @@ from tests.integration.test_ingress import (
 from tidesync.config import TargetConfig
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.worker import build_worker
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 from tidesync.wire import sync_pb2 as pb
 
 pytestmark = pytest.mark.services

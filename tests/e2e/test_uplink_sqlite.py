@@ -42,8 +42,8 @@ from tests.integration.test_ingress_sqlite import sqlite_config
 from tidesync.bootstrap import build_target_applier
 from tidesync.config import TargetConfig
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.target_sqlite import SQLiteTargetApplier
 from tidesync.shore.worker import build_worker
+from tidesync.target.sqlite import SQLiteTargetApplier
 from tidesync.wire import sync_pb2 as pb
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tidesync.domain.change_event import ChangeEvent, Operation
-from tidesync.domain.values import Value
-from tidesync.ship.debezium import (
+from tidesync.cdc.debezium import (
     DebeziumNormalizer,
     KafkaRecord,
     Normalized,
@@ -19,6 +17,8 @@ from tidesync.ship.debezium import (
     Skip,
     SkipReason,
 )
+from tidesync.domain.change_event import ChangeEvent, Operation
+from tidesync.domain.values import Value
 
 NODE_ID = "ship-capture-test"
 CONNECTOR_ID = "ship-capture-test-builtin"

@@ -29,10 +29,10 @@ from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import Catalogue, OpenApplications
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.server import create_app
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 
 SHORE_NODE = "shore"
 MASTER_KEY = bytes(range(32))

@@ -25,10 +25,10 @@ from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import Catalogue, OpenApplications, ViewSettings
 from tidesync.shore.jobs import replay
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 from tidesync.wire import sync_pb2 as pb
 
 SHORE_NODE = "shore"

@@ -18,10 +18,10 @@ from tidesync.domain.change_event import ChangeEvent
 from tidesync.ingress.database import SQLiteSyncDatabase
 from tidesync.ingress.inbox import SQLiteInbox
 from tidesync.migrations import migrate_sqlite
-from tidesync.shore.target_schema import enable_sqlite_table
 from tidesync.shore.work_queue import SQLiteWorkQueue
 from tidesync.shore.worker import ShoreApps
 from tidesync.sqlite_store import SQLiteConnections
+from tidesync.target.schema import enable_sqlite_table
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import build_batch, serialize_batch
 

@@ -28,9 +28,9 @@ from tidesync.projections.engine import PostgresProjectionRunner
 from tidesync.projections.receipts import ReceiptsProjection
 from tidesync.shore.jobs import ReplayRefused, replay, summarize
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.work_queue import PostgresWorkQueue
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

@@ -31,7 +31,7 @@ from tidesync.domain.conflict_case import ConflictCase
 from tidesync.projections.sqlite_runner import SQLiteProjectionRunner, SQLiteReceiptsProjection
 from tidesync.shore.jobs import ReplayRefused, replay, summarize
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
-from tidesync.shore.target_sqlite import SQLiteTargetApplier
+from tidesync.target.sqlite import SQLiteTargetApplier
 
 SHORE_NODE = "shore"
 

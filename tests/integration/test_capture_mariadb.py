@@ -31,6 +31,7 @@ from tests.integration.capture_support import (
     read_records,
     settings_for,
 )
+from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.config import CaptureStart
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText, Value
@@ -42,9 +43,8 @@ from tidesync.ship.capture import (
     SQLitePositionStore,
 )
 from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.column_types import InMemoryColumnTypes
 from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.shore.target_schema import enable_mysql_table
+from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

@@ -38,7 +38,7 @@ from tidesync.ship.capture_sqlite import (
     enable_sqlite_capture,
 )
 from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.shore.target_schema import enable_sqlite_table
+from tidesync.target.schema import enable_sqlite_table
 
 pytestmark = pytest.mark.services
 

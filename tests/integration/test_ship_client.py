@@ -33,9 +33,9 @@ from tidesync.ship.client_commands import status_report
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.telemetry import Subsystem
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table
 from tidesync.shore.worker import build_worker
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

@@ -20,7 +20,7 @@ from tests.integration.shore_support import (
     pg_rows,
     receive,
 )
-from tidesync.shore.target_schema import enable_mysql_table
+from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

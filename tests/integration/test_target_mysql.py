@@ -19,9 +19,9 @@ from tidesync.cli import main as cli_main
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText
 from tidesync.localservices import MariaDBInstance
-from tidesync.shore.target import TargetOutcomeKind, TransientTargetError
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_schema import enable_mysql_table, inspect_mysql_table
+from tidesync.target.contract import TargetOutcomeKind, TransientTargetError
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.schema import enable_mysql_table, inspect_mysql_table
 
 PARTS_DDL = ("CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL,"
              " qty INT NULL, code VARCHAR(10) NULL UNIQUE) ENGINE=InnoDB")

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tidesync.ship.column_types import InMemoryColumnTypes
-from tidesync.ship.debezium import (
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import (
     DebeziumNormalizer,
     KafkaRecord,
     NormalizerSettings,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.cli import main
 from tidesync.config import ConfigError, load_config
 from tidesync.domain.values import BitString, JsonText
@@ -35,7 +36,6 @@ from tidesync.ship.capture_sqlite import (
     sqlite_value,
 )
 from tidesync.ship.capture_tables import binlog_converter, mysql_column, shortest_float32
-from tidesync.ship.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.ship.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
@@ -44,7 +44,7 @@ from tidesync.ship.envelope_writer import (
     SourceInfo,
     TableDefinition,
 )
-from tidesync.shore.target_schema import enable_sqlite_table
+from tidesync.target.schema import enable_sqlite_table
 
 UTC = dt.UTC
 

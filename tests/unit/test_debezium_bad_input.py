@@ -28,9 +28,7 @@ from tests.unit.debezium_records import (
     source_block,
     with_schema,
 )
-from tidesync.domain.change_event import Operation, Revision, tombstone_revision
-from tidesync.domain.values import canonical_text
-from tidesync.ship.debezium import (
+from tidesync.cdc.debezium import (
     Block,
     BlockReason,
     KafkaRecord,
@@ -39,6 +37,8 @@ from tidesync.ship.debezium import (
     Skip,
     SkipReason,
 )
+from tidesync.domain.change_event import Operation, Revision, tombstone_revision
+from tidesync.domain.values import canonical_text
 
 COLUMNS = [
     field("id", "int64", optional=False),

@@ -14,14 +14,8 @@ import uuid
 import pytest
 
 from tests.unit.debezium_records import fixtures_dir
-from tidesync.domain.change_event import (
-    ChangeEvent,
-    Operation,
-    SourceCoordinates,
-    event_id_for,
-)
-from tidesync.ship.column_types import InMemoryColumnTypes
-from tidesync.ship.debezium import (
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import (
     Block,
     BlockReason,
     DebeziumNormalizer,
@@ -31,6 +25,12 @@ from tidesync.ship.debezium import (
     Outcome,
     Skip,
     SkipReason,
+)
+from tidesync.domain.change_event import (
+    ChangeEvent,
+    Operation,
+    SourceCoordinates,
+    event_id_for,
 )
 
 FIXTURES = fixtures_dir()

@@ -25,9 +25,8 @@ from tests.unit.debezium_records import (
     unscaled_base64,
     with_schema,
 )
-from tidesync.domain.values import BitString, JsonText, Value, value_to_json
-from tidesync.ship.column_types import MySQLColumnType
-from tidesync.ship.debezium import (
+from tidesync.cdc.column_types import MySQLColumnType
+from tidesync.cdc.debezium import (
     Block,
     BlockReason,
     DebeziumNormalizer,
@@ -35,6 +34,7 @@ from tidesync.ship.debezium import (
     Normalized,
     Outcome,
 )
+from tidesync.domain.values import BitString, JsonText, Value, value_to_json
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 UTC = dt.UTC

@@ -191,7 +191,7 @@ def test_wide_decimals_keep_every_digit_through_the_normalizer():
     """DECIMAL(65,30) values exceed Decimal's default 28-digit context; none may be rounded."""
     import json as _json
 
-    from tidesync.ship.debezium import (
+    from tidesync.cdc.debezium import (
         DebeziumNormalizer,
         KafkaRecord,
         Normalized,

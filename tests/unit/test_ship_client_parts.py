@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ship import _Templates
-from tidesync.cli import build_parser, main
-from tidesync.config import ConfigError, ShipConfig, load_config
-from tidesync.ship.debezium import (
+from tidesync.cdc.debezium import (
     DebeziumNormalizer,
     KafkaRecord,
     Normalized,
     NormalizerSettings,
     Skip,
 )
+from tidesync.cli import build_parser, main
+from tidesync.config import ConfigError, ShipConfig, load_config
 from tidesync.ship.state import PartitionBacklog, PartitionKey, SQLiteShipState, Watermark
 from tidesync.ship.telemetry import (
     HealthBoard,

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidesync.cdc.debezium import Block, BlockReason, Normalized, Skip, SkipReason
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -22,7 +23,6 @@ from tidesync.domain.change_event import (
     SourceCoordinates,
     event_id_for,
 )
-from tidesync.ship.debezium import Block, BlockReason, Normalized, Skip, SkipReason
 from tidesync.ship.state import (
     DUPLICATE_RESULT,
     Consumed,

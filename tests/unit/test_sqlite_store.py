@@ -19,9 +19,9 @@ from tidesync.config import EventStoreConfig, EventStoreKind, TargetConfig, load
 from tidesync.ingress.database import SQLiteSyncDatabase, StoreUnavailable
 from tidesync.ingress.inbox import SQLiteInbox
 from tidesync.migrations import Migration, MigrationError, discover, migrate_sqlite, sql_statements
-from tidesync.shore.target_mysql import MySQLTargetApplier
-from tidesync.shore.target_sqlite import SQLiteTargetApplier
 from tidesync.sqlite_store import SQLiteConnections, moment_from_text, moment_text
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.sqlite import SQLiteTargetApplier
 
 SYNC_TABLES = {"inbox_batch", "inbox_event", "receive_rejection", "request_nonce", "receipt",
                "node_heartbeat", "metric_sample", "apply_partition", "active_conflict",

@@ -13,16 +13,16 @@ import sqlite3
 import pymysql
 import pytest
 
-from tidesync.shore.target import (
+from tidesync.target.cas import DuplicatePrimaryKey, StatementRejected
+from tidesync.target.contract import (
     CommitOutcomeUnknown,
     RejectReason,
     TargetError,
     TransientTargetError,
 )
-from tidesync.shore.target_cas import DuplicatePrimaryKey, StatementRejected
-from tidesync.shore.target_mysql import map_mysql_error
-from tidesync.shore.target_schema import ColumnKind, column_type, trigger_names
-from tidesync.shore.target_sqlite import map_sqlite_error
+from tidesync.target.mysql import map_mysql_error
+from tidesync.target.schema import ColumnKind, column_type, trigger_names
+from tidesync.target.sqlite import map_sqlite_error
 
 err = pymysql.err
 

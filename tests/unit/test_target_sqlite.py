@@ -20,9 +20,9 @@ from tests.target_events import delete as delete_event
 from tidesync.cli import main as cli_main
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText
-from tidesync.shore.target import TargetOutcomeKind, TransientTargetError
-from tidesync.shore.target_schema import enable_sqlite_table, inspect_sqlite_table
-from tidesync.shore.target_sqlite import SQLiteTargetApplier
+from tidesync.target.contract import TargetOutcomeKind, TransientTargetError
+from tidesync.target.schema import enable_sqlite_table, inspect_sqlite_table
+from tidesync.target.sqlite import SQLiteTargetApplier
 
 DB = "fleet_erp"
 PARTS_DDL = ("CREATE TABLE parts (id INTEGER PRIMARY KEY, name VARCHAR(20) NOT NULL,"

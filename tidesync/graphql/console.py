@@ -34,7 +34,7 @@ from tidesync.projections.operations import OperatorAction
 from tidesync.projections.registry import Catalogue, OpenApplications
 from tidesync.shore.apps import ApplyJobs, ConflictCases
 from tidesync.shore.conflicts import ConflictService, PostgresRecordKeys, TargetRevisionReader
-from tidesync.shore.target import TargetApplier
+from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from tidesync.bootstrap import event_store_env, postgres_conninfo
 from tidesync.config import Config, EventStoreKind
 from tidesync.graphql.console import Console, ConsoleStores
 from tidesync.ingress.master_key import SecretBox, load_master_key
-from tidesync.shore.target import TargetApplier
+from tidesync.target.contract import TargetApplier
 
 
 def build_console(config: Config) -> Console | None:
@@ -17,7 +17,7 @@ def build_console(config: Config) -> Console | None:
         return None
 
     def open_target() -> TargetApplier:
-        from tidesync.shore.target_mysql import MySQLTargetApplier
+        from tidesync.target.mysql import MySQLTargetApplier
 
         return MySQLTargetApplier.from_config(config.target)
 

@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin hides it from mypy
 
 from tidesync import failpoints
+from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.config import CaptureSource, CaptureStart, Config
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.values import Row, Value
@@ -46,7 +47,6 @@ from tidesync.ship.capture_tables import (
     definition_for_binlog,
     load_mysql_table,
 )
-from tidesync.ship.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.ship.envelope_writer import (
     DebeziumEnvelopeWriter,
     DebeziumRecord,

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.config import ShipConfig
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.token_bucket import TokenBucket
 from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
-from tidesync.ship.column_types import InMemoryColumnTypes
 from tidesync.ship.consumer import (
     KafkaQueue,
     QueueConsumer,
@@ -33,7 +34,6 @@ from tidesync.ship.consumer import (
     QueueUnavailable,
     parse_options,
 )
-from tidesync.ship.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.ship.state import (
     EventState,
     PartitionKey,

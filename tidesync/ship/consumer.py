@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from tidesync.ship.debezium import DebeziumNormalizer, KafkaRecord
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
 from tidesync.ship.state import (
     Consumed,
     PartitionKey,

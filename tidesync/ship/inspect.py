@@ -10,9 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from tidesync.domain.event_json import change_event_to_json
-from tidesync.ship.column_types import ColumnTypesError, InMemoryColumnTypes
-from tidesync.ship.debezium import (
+from tidesync.cdc.column_types import ColumnTypesError, InMemoryColumnTypes
+from tidesync.cdc.debezium import (
     Block,
     DebeziumNormalizer,
     KafkaRecord,
@@ -21,6 +20,7 @@ from tidesync.ship.debezium import (
     Outcome,
     source_of,
 )
+from tidesync.domain.event_json import change_event_to_json
 
 EXIT_OK = 0
 EXIT_BLOCKED = 2

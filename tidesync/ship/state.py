@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tidesync.cdc.debezium import Block, Normalized, Outcome
 from tidesync.domain.change_event import ChangeEvent
-from tidesync.ship.debezium import Block, Normalized, Outcome
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")

@@ -29,7 +29,7 @@ from tidesync.domain.conflict_case import (
 )
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
-from tidesync.shore.target import TargetApplier
+from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
 

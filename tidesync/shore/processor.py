@@ -34,19 +34,19 @@ from tidesync.domain.conflict_case import (
     rule_for,
 )
 from tidesync.shore.apps import ApplyJobs, ConflictCases, Statement
-from tidesync.shore.target import (
-    CommitOutcomeUnknown,
-    TargetApplier,
-    TargetOutcome,
-    TargetOutcomeKind,
-    TransientTargetError,
-)
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
     StoredBatches,
     UndecodableEvent,
     WorkQueue,
+)
+from tidesync.target.contract import (
+    CommitOutcomeUnknown,
+    TargetApplier,
+    TargetOutcome,
+    TargetOutcomeKind,
+    TransientTargetError,
 )
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
 from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorder
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
-from tidesync.shore.target import TargetApplier
 from tidesync.shore.work_queue import PostgresWorkQueue, SQLiteWorkQueue, WorkQueue
 from tidesync.sqlite_store import SQLiteConnections
+from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Generic, TypeAlias, TypeVar
 
+from tidesync.cdc.column_types import ColumnTypeSource, MySQLColumnType
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -27,7 +28,6 @@ from tidesync.domain.change_event import (
     tombstone_revision,
 )
 from tidesync.domain.values import BitString, JsonText, Value, canonical_text
-from tidesync.ship.column_types import ColumnTypeSource, MySQLColumnType
 
 REVISION_COLUMN = "_sync_revision"
 HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"

@@ -20,7 +20,18 @@ from pymysql.constants import CLIENT
 from tidesync.config import TargetConfig
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.shore.target import (
+from tidesync.target.cas import (
+    Clock,
+    CompareAndSetApplier,
+    DuplicatePrimaryKey,
+    PlannedWrite,
+    StatementRejected,
+    key_in_table_order,
+    parse_revision,
+    reject_template,
+    utc_now,
+)
+from tidesync.target.contract import (
     EVENT_ID_COLUMN,
     LEDGER_TABLE,
     ORIGIN_COLUMN,
@@ -34,18 +45,7 @@ from tidesync.shore.target import (
     TransientTargetError,
     same_names,
 )
-from tidesync.shore.target_cas import (
-    Clock,
-    CompareAndSetApplier,
-    DuplicatePrimaryKey,
-    PlannedWrite,
-    StatementRejected,
-    key_in_table_order,
-    parse_revision,
-    reject_template,
-    utc_now,
-)
-from tidesync.shore.target_schema import (
+from tidesync.target.schema import (
     REMOTE_APPLY_VARIABLE,
     ColumnKind,
     ColumnType,

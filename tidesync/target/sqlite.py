@@ -17,7 +17,18 @@ from typing import Any, TypeVar
 
 from tidesync.domain.change_event import Revision
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.shore.target import (
+from tidesync.target.cas import (
+    Clock,
+    CompareAndSetApplier,
+    DuplicatePrimaryKey,
+    PlannedWrite,
+    StatementRejected,
+    key_in_table_order,
+    parse_revision,
+    reject_template,
+    utc_now,
+)
+from tidesync.target.contract import (
     EVENT_ID_COLUMN,
     LEDGER_TABLE,
     ORIGIN_COLUMN,
@@ -30,18 +41,7 @@ from tidesync.shore.target import (
     TargetOutcome,
     TransientTargetError,
 )
-from tidesync.shore.target_cas import (
-    Clock,
-    CompareAndSetApplier,
-    DuplicatePrimaryKey,
-    PlannedWrite,
-    StatementRejected,
-    key_in_table_order,
-    parse_revision,
-    reject_template,
-    utc_now,
-)
-from tidesync.shore.target_schema import (
+from tidesync.target.schema import (
     SQLITE_SESSION_TABLE,
     ColumnKind,
     ColumnType,

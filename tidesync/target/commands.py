@@ -58,7 +58,7 @@ def _split_name(text: str, sqlite: bool) -> tuple[str, str]:
 
 
 def _run_enable(args: argparse.Namespace) -> int:
-    from tidesync.shore import target_schema
+    from tidesync.target import schema as target_schema
 
     target = load_config(args.config).target
     node_id = args.node_id or target.node_id
@@ -85,7 +85,7 @@ def _run_enable(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from tidesync.shore import target_schema
+    from tidesync.target import schema as target_schema
 
     target = load_config(args.config).target
     sqlite_path = args.sqlite or target.sqlite_path

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidesync.shore.target import (
+from tidesync.target.contract import (
     EVENT_ID_COLUMN,
     LEDGER_TABLE,
     METADATA_COLUMNS,

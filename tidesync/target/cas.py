@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.shore.target import (
+from tidesync.target.contract import (
     METADATA_COLUMNS,
     RejectReason,
     Route,
@@ -23,7 +23,7 @@ from tidesync.shore.target import (
     TargetOutcome,
     TargetOutcomeKind,
 )
-from tidesync.shore.target_schema import TableShape
+from tidesync.target.schema import TableShape
 
 Clock = Callable[[], dt.datetime]
 NOT_ENABLED_RECHECK = dt.timedelta(seconds=60)
