@@ -334,6 +334,135 @@ class CaptureConfig:
         return problems
 
 
+class ConflictPolicy(enum.StrEnum):
+    """How a rule's conflicts are decided (§11.4–11.5)."""
+
+    MANUAL = "MANUAL"
+    SHORE_WINS = "SHORE_WINS"
+    LAST_WRITER_WINS = "LAST_WRITER_WINS"
+
+
+class TieBreak(enum.StrEnum):
+    """Last writer wins with equal business times: the lower or the higher node id wins."""
+
+    LOWER_NODE_ID = "LOWER_NODE_ID"
+    HIGHER_NODE_ID = "HIGHER_NODE_ID"
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    """One rule's conflict policy; `time_column` only for LAST_WRITER_WINS."""
+
+    policy: ConflictPolicy
+    time_column: str = ""
+
+
+@dataclass(frozen=True)
+class ConflictsConfig:
+    """Conflict arbitration in `tidesync shore work` (§11.3–11.6).
+
+    `policies` maps tables to policies, comma-separated: `db.table=SHORE_WINS`,
+    `db.table=LAST_WRITER_WINS:updated_at`, `db.table=MANUAL`; other tables use
+    `default_policy`. Last writer wins compares the business time column of both versions; a
+    missing or unreadable time, or two times further apart than `max_clock_skew_seconds` from
+    the capture times, goes to a person instead.
+    """
+
+    default_policy: ConflictPolicy = ConflictPolicy.MANUAL
+    policies: str = ""
+    max_clock_skew_seconds: int = 300
+    tie_break: TieBreak = TieBreak.LOWER_NODE_ID
+    # An automatic decision holds a lease; a worker that dies mid-decision is taken over.
+    auto_decide_lease_seconds: int = 60
+    # Cases waiting for a person longer than this breach their SLA (conflict center).
+    manual_sla_hours: int = 24
+    poll_interval_ms: int = 500
+
+    def table_policies(self) -> dict[tuple[str, str], TablePolicy]:
+        out: dict[tuple[str, str], TablePolicy] = {}
+        for item in filter(None, (p.strip() for p in self.policies.split(","))):
+            table, _, spec = item.partition("=")
+            database, _, name = table.strip().partition(".")
+            policy_name, _, column = spec.strip().partition(":")
+            out[(database, name)] = TablePolicy(ConflictPolicy(policy_name.strip()),
+                                                column.strip())
+        return out
+
+    def policy_for(self, database: str, table: str) -> TablePolicy:
+        return self.table_policies().get((database, table), TablePolicy(self.default_policy))
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("max_clock_skew_seconds", "auto_decide_lease_seconds", "manual_sla_hours",
+                     "poll_interval_ms"):
+            if getattr(self, name) < 1:
+                problems.append(f"conflicts.{name}: must be >= 1")
+        if self.default_policy is ConflictPolicy.LAST_WRITER_WINS:
+            problems.append("conflicts.default_policy: LAST_WRITER_WINS needs a time column, "
+                            "so it is set per table in conflicts.policies")
+        for item in filter(None, (p.strip() for p in self.policies.split(","))):
+            table, sep, spec = item.partition("=")
+            policy_name, _, column = spec.strip().partition(":")
+            if not sep or table.strip().count(".") != 1:
+                problems.append(f"conflicts.policies: {item!r} is not db.table=POLICY")
+                continue
+            try:
+                policy = ConflictPolicy(policy_name.strip())
+            except ValueError:
+                problems.append(f"conflicts.policies: {policy_name.strip()!r} is not one of "
+                                f"{', '.join(p.value for p in ConflictPolicy)}")
+                continue
+            if (policy is ConflictPolicy.LAST_WRITER_WINS) != bool(column.strip()):
+                problems.append(f"conflicts.policies: {item!r}: LAST_WRITER_WINS takes a time "
+                                "column (POLICY:column), the other policies none")
+        return problems
+
+
+@dataclass(frozen=True)
+class DownlinkConfig:
+    """Shore to ship: the shore CDC consumer and the command API (§9.4, §12).
+
+    The shore's own capture (Debezium or `tidesync ship capture` pointed at the shore MySQL)
+    writes the shore's row changes to topics matching `topic_pattern`; `tidesync shore work`
+    consumes them when `kafka_bootstrap_servers` is set and issues one command per change for
+    each target node (`nodes`: comma-separated node ids, or `*` for every active node).
+    """
+
+    kafka_bootstrap_servers: str = ""
+    topic_pattern: str = r"^sync\.cdc\.shore\."
+    consumer_group: str = "tidesync-shore-cdc"
+    source_connector_id: str = "debezium-mysql"
+    bidirectional_tables: str = ""
+    column_types_file: str = ""
+    nodes: str = "*"
+    kafka_consumer_options: str = ""
+    # GET /sync/v1/commands: the largest page a ship may ask for.
+    max_page_size: int = 500
+
+    def table_set(self) -> frozenset[tuple[str, str]]:
+        out = set()
+        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
+            database, _, table = item.partition(".")
+            out.add((database, table))
+        return frozenset(out)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.max_page_size <= 5000:
+            problems.append("downlink.max_page_size: must be 1..5000")
+        try:
+            re.compile(self.topic_pattern)
+        except re.error as error:
+            problems.append(f"downlink.topic_pattern: not a regular expression ({error})")
+        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
+            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
+                problems.append(f"downlink.bidirectional_tables: {item!r} is not db.table")
+        for item in filter(None, (t.strip() for t in self.kafka_consumer_options.split(","))):
+            if "=" not in item:
+                problems.append(f"downlink.kafka_consumer_options: {item!r} is not key=value")
+        return problems
+
+
 @dataclass(frozen=True)
 class Config:
     shore: ShoreConfig = field(default_factory=ShoreConfig)
@@ -342,11 +471,14 @@ class Config:
     target: TargetConfig = field(default_factory=TargetConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    conflicts: ConflictsConfig = field(default_factory=ConflictsConfig)
+    downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
-                + self.capture.validate())
+                + self.capture.validate() + self.conflicts.validate()
+                + self.downlink.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""
