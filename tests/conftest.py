@@ -1,4 +1,4 @@
-"""Session-wide real services for the tests: PostgreSQL, two MariaDB servers, a Kafka-API broker.
+"""Session-wide real services for the tests: PostgreSQL, MariaDB servers, a Kafka-API broker.
 
 Each starts only when a test asks for it and stops at the end of the session (see service_policy).
 """
@@ -20,8 +20,10 @@ from tidesync.localservices import (
 )
 
 SHIP_SERVER_ID = 101
+SECOND_SHIP_SERVER_ID = 102
 SHORE_SERVER_ID = 201
-SERVICE_FIXTURES = frozenset({"pg_database", "ship_mariadb", "shore_mariadb", "kafka_broker"})
+SERVICE_FIXTURES = frozenset({"pg_database", "ship_mariadb", "second_ship_mariadb",
+                              "shore_mariadb", "kafka_broker"})
 
 T = TypeVar("T")
 
@@ -45,6 +47,13 @@ def pg_database() -> Iterator[PostgresDatabase]:
 def ship_mariadb() -> Iterator[MariaDBInstance]:
     """The ship's business database server (server_id 101), with a row-based binlog."""
     with _started(MariaDBInstance(SHIP_SERVER_ID).start) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="session")
+def second_ship_mariadb() -> Iterator[MariaDBInstance]:
+    """A second ship's business database server (server_id 102), for fleet tests."""
+    with _started(MariaDBInstance(SECOND_SHIP_SERVER_ID).start) as instance:
         yield instance
 
 

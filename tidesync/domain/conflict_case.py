@@ -10,10 +10,11 @@ import enum
 import hashlib
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.change_event import ChangeEvent, Revision
+from tidesync.domain.change_event import ChangeEvent, Revision, tombstone_revision
 from tidesync.domain.values import Value, canonical_value
 
 CONFLICT_NAMESPACE = uuid.UUID("7e4f2a18-93c5-5b61-a0d2-4c8e6f1b3a97")
@@ -43,6 +44,12 @@ DECIDABLE_STATES = frozenset({
 CANCELLABLE_STATES = DECIDABLE_STATES | {ConflictState.DECIDED}
 """Active states without business effect: once dispatched, a ship may have applied it."""
 
+EXPIRABLE_STATES = ACTIVE_STATES
+"""A case whose evidence no longer describes the record expires from any active state."""
+
+SUCCESSFUL_ACKS = frozenset({"COMMAND_APPLIED", "COMMAND_ALREADY_APPLIED"})
+"""Command results that mean a node holds the decided row."""
+
 SYNC_COLUMN_PREFIX = "_sync_"
 """The §5.1 metadata columns (revision, origin, event id, time): applying a decision sets them,
 so they are neither compared nor part of a decided value."""
@@ -65,6 +72,9 @@ class ConflictRefusal(enum.StrEnum):
 
     NOT_DECIDABLE = "NOT_DECIDABLE"
     NOT_CANCELLABLE = "NOT_CANCELLABLE"
+    NOT_AUTO_DECIDABLE = "NOT_AUTO_DECIDABLE"
+    LEASE_HELD = "LEASE_HELD"
+    NOT_DISPATCHABLE = "NOT_DISPATCHABLE"
     REASON_REQUIRED = "REASON_REQUIRED"
     EVIDENCE_STALE = "EVIDENCE_STALE"
     REPLACEMENT_REQUIRED = "REPLACEMENT_REQUIRED"
@@ -132,6 +142,11 @@ class ConflictCase(Aggregate):
         self.event_ids = {str(evidence["event_id"])}
         self.decision: dict[str, object] | None = None
         self.cancellation: dict[str, object] | None = None
+        self.lease: dict[str, object] | None = None
+        self.manual: dict[str, object] | None = None
+        self.dispatch_info: dict[str, Any] = {}
+        self.acks: dict[str, dict[str, str]] = {}
+        self.expiry: dict[str, object] | None = None
 
     @event("EvidenceAdded")
     def add_evidence(self, evidence: dict[str, object], actor: str, reason: str) -> None:
@@ -166,6 +181,8 @@ class ConflictCase(Aggregate):
                                   "the record changed since the evidence was captured;"
                                   " refresh the evidence and decide again")
         value, revision = self._decided_image(side, replacement, replacement_revision)
+        if value is None:  # A deletion: its revision is derived from the decision (§12).
+            revision = tombstone_revision(uuid.UUID(decision_id)).text
         self._decided(decision_id, side.value, value, value is None, revision, current_revision,
                       len(self.evidence), actor, reason, trace_id)
 
@@ -198,6 +215,101 @@ class ConflictCase(Aggregate):
             "expected_revision": expected_revision, "evidence_count": evidence_count,
             "actor": actor, "reason": reason,
         }
+
+    # -- arbitration lifecycle (§11.3) ---------------------------------------------------
+
+    def start_auto_decide(self, owner: str, policy: str, now_iso: str, lease_until_iso: str,
+                          actor: str, reason: str) -> None:
+        """Take the auto-decide lease (DETECTED, or AUTO_DECIDING whose lease ran out: a
+        worker that died mid-decision is taken over). Times are ISO-8601 UTC text."""
+        if self.state is ConflictState.AUTO_DECIDING:
+            if str((self.lease or {}).get("until", "")) > now_iso:
+                raise ConflictRefused(ConflictRefusal.LEASE_HELD,
+                                      "another worker holds the auto-decide lease")
+        elif self.state is not ConflictState.DETECTED:
+            raise ConflictRefused(ConflictRefusal.NOT_AUTO_DECIDABLE,
+                                  f"a {self.state} conflict is not decided automatically")
+        previous = (self.lease or {}).get("owner")
+        self._auto_deciding(owner, policy, lease_until_iso, previous, actor, reason)
+
+    @event("AutoDecideStarted")
+    def _auto_deciding(self, owner: str, policy: str, lease_until: str, taken_over_from: object,
+                       actor: str, reason: str) -> None:
+        self.state = ConflictState.AUTO_DECIDING
+        self.lease = {"owner": owner, "policy": policy, "until": lease_until,
+                      "taken_over_from": taken_over_from}
+
+    def require_manual(self, reason_code: str, sla_due_iso: str, actor: str,
+                       reason: str) -> None:
+        """Hand the case to a person (policy MANUAL, or an automatic policy that could not
+        decide); `sla_due_iso` is when waiting longer breaches the SLA."""
+        if self.state not in (ConflictState.DETECTED, ConflictState.AUTO_DECIDING):
+            raise ConflictRefused(ConflictRefusal.NOT_AUTO_DECIDABLE,
+                                  f"a {self.state} conflict cannot be handed over")
+        self._manual_required(reason_code, sla_due_iso, actor, reason)
+
+    @event("ManualRequired")
+    def _manual_required(self, reason_code: str, sla_due: str, actor: str, reason: str) -> None:
+        self.state = ConflictState.PENDING_MANUAL
+        self.manual = {"reason_code": reason_code, "sla_due": sla_due}
+        self.lease = None
+
+    def dispatch(self, commands: list[dict[str, str]], shore_applied: bool, actor: str,
+                 reason: str) -> None:
+        """The decision is in the downlink queue of every node it concerns (and applied on
+        the shore): `commands` lists {"node_id", "command_id"}."""
+        if self.state is not ConflictState.DECIDED:
+            raise ConflictRefused(ConflictRefusal.NOT_DISPATCHABLE,
+                                  f"a {self.state} conflict cannot be dispatched")
+        self._dispatched(commands, shore_applied, actor, reason)
+        if not commands:  # No node holds the record: the shore apply settled it.
+            self._acknowledged(actor, "no node to send the decision to")
+
+    @event("Dispatched")
+    def _dispatched(self, commands: list[dict[str, str]], shore_applied: bool, actor: str,
+                    reason: str) -> None:
+        self.state = ConflictState.DISPATCHED
+        self.dispatch_info = {"commands": [dict(c) for c in commands],
+                              "shore_applied": shore_applied}
+        self.acks = {}
+
+    def record_ack(self, node_id: str, command_id: str, result: str, reason_code: str,
+                   actor: str, reason: str) -> bool:
+        """A node's answer to the decision; True once every node holds the decided row
+        (the case is then ACKNOWLEDGED)."""
+        if self.state is not ConflictState.DISPATCHED or node_id in self.acks:
+            return False
+        self._node_acknowledged(node_id, command_id, result, reason_code, actor, reason)
+        expected = {str(c["node_id"]) for c in self.dispatch_info["commands"]}
+        done = {node for node, ack in self.acks.items() if ack["result"] in SUCCESSFUL_ACKS}
+        if expected <= done:
+            self._acknowledged(actor, "every node holds the decided row")
+            return True
+        return False
+
+    @event("NodeAcknowledged")
+    def _node_acknowledged(self, node_id: str, command_id: str, result: str, reason_code: str,
+                           actor: str, reason: str) -> None:
+        self.acks[node_id] = {"command_id": command_id, "result": result,
+                              "reason_code": reason_code}
+
+    @event("Acknowledged")
+    def _acknowledged(self, actor: str, reason: str) -> None:
+        self.state = ConflictState.ACKNOWLEDGED
+
+    def expire(self, reason_code: str, actor: str, reason: str, trace_id: str = "") -> None:
+        """The record's revision is no longer one of the evidence (§11.3 EXPIRED): a newer
+        change or a stale decision; a new case takes the new evidence."""
+        if self.state not in EXPIRABLE_STATES:
+            raise ConflictRefused(ConflictRefusal.NOT_CANCELLABLE,
+                                  f"a {self.state} conflict cannot expire")
+        self._expired(reason_code, actor, reason, trace_id)
+
+    @event("Expired")
+    def _expired(self, reason_code: str, actor: str, reason: str, trace_id: str) -> None:
+        self.state = ConflictState.EXPIRED
+        self.expiry = {"reason_code": reason_code, "actor": actor, "reason": reason}
+        self.lease = None
 
     def cancel(self, actor: str, reason: str, trace_id: str = "") -> None:
         """Withdraw the case; only while nothing of it can have reached a ship (§11.3)."""

@@ -128,7 +128,9 @@ class ConflictService:
         current = self.revisions.current_revision(case)
         case.decide(decision_id, decision.side, decision.replacement, current,
                     str(self.new_uuid()), decision.actor, decision.reason, decision.trace_id)
-        return self._save(case)
+        # The arbiter in `shore work` applies and dispatches it next.
+        return self._save(case, [("UPDATE active_conflict SET due_at = now()"
+                                  " WHERE conflict_id = %s", (case.id,))])
 
     def cancel(self, conflict_id: uuid.UUID, actor: str, reason: str,
                expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
 
 from tidesync import failpoints
 from tidesync.domain.apply_job import (
@@ -26,14 +25,9 @@ from tidesync.domain.apply_job import (
 )
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
-from tidesync.domain.conflict_case import (
-    ConflictCase,
-    active_conflict_key,
-    conflict_evidence,
-    record_key_digest,
-    rule_for,
-)
+from tidesync.domain.conflict_case import conflict_evidence, record_key_digest, rule_for
 from tidesync.shore.apps import ApplyJobs, ConflictCases, Statement
+from tidesync.shore.conflict_capture import capture_conflict
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
@@ -195,29 +189,14 @@ class ApplyProcessor:
     def _capture_conflict(self, event: ChangeEvent, outcome: TargetOutcome) -> uuid.UUID:
         """Create or reuse the one active ConflictCase of rule + record key; append evidence."""
         rule_id = rule_for(event)
-        digest = record_key_digest(rule_id, event)
-        evidence = conflict_evidence(event, outcome.current_row, outcome.current_revision)
-        for _ in range(3):
-            existing = self.queue.active_conflict_id(rule_id, digest)
-            if existing is not None:
-                case = self.conflicts.get_case(existing)
-                if str(event.event_id) not in case.event_ids:
-                    case.add_evidence(evidence, ACTOR, "further conflicting change")
-                    self.conflicts.save(case)
-                return existing
-            key = active_conflict_key(rule_id, digest, outcome.current_revision,
-                                      event.result_revision)
-            case = ConflictCase(active_key=key, rule_id=rule_id, rule_version=event.rule_version,
-                                key_digest=digest, database=event.database, table=event.table,
-                                evidence=evidence, actor=ACTOR, reason="base revision mismatch")
-            try:
-                self.conflicts.save(case, extra_statements=self.queue.open_conflict_statements(
-                    rule_id, digest, case.id))
-            except IntegrityError:
-                continue  # Another worker opened a case for this key first: join it.
-            log.info("conflict %s opened on %s.%s", case.id, event.database, event.table)
-            return case.id
-        raise RuntimeError("could not settle the active conflict for a record key")
+        conflict_id, _ = capture_conflict(
+            self.conflicts, self.queue, rule_id=rule_id,
+            digest=record_key_digest(rule_id, event), database=event.database,
+            table=event.table, rule_version=event.rule_version,
+            current=outcome.current_revision, incoming=event.result_revision,
+            evidence=conflict_evidence(event, outcome.current_row, outcome.current_revision),
+            actor=ACTOR, reason="base revision mismatch")
+        return conflict_id
 
     def _record_takeovers(self, claim: Claim) -> None:
         """Mark the job whose lease expired unfinished as taken over by this claim."""

@@ -1,0 +1,81 @@
+"""Opening or joining the one active ConflictCase of a rule + record key (§11.2).
+
+Both the apply processor (a ship's change meets another shore revision) and the downlink
+follow-up (a ship reports that a shore change met another local revision) land here, so both
+reports of one concurrent update meet in the same case.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import Protocol
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError
+
+from tidesync.domain.change_event import RecordKey, Revision
+from tidesync.domain.conflict_case import ConflictCase, active_conflict_key, conflict_id_for
+from tidesync.shore.apps import ConflictCases, Statement
+
+log = logging.getLogger(__name__)
+
+
+class ActiveConflicts(Protocol):
+    def active_conflict_id(self, rule_id: str, key_digest: str) -> uuid.UUID | None: ...
+
+    def open_conflict_statements(self, rule_id: str, key_digest: str,
+                                 conflict_id: uuid.UUID) -> list[Statement]: ...
+
+
+def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
+    """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
+    return rule_id or f"table:{record.database}.{record.table}"
+
+
+def key_digest(rule_id: str, record: RecordKey) -> str:
+    """A stable digest of rule + record key: safe to log and index (no key values)."""
+    return hashlib.sha256(f"{rule_id}\x1f{record.canonical()}".encode()).hexdigest()
+
+
+def capture_conflict(conflicts: ConflictCases, active: ActiveConflicts, *, rule_id: str,
+                     digest: str, database: str, table: str, rule_version: int | None,
+                     current: Revision | None, incoming: Revision | None,
+                     evidence: Mapping[str, object], actor: str, reason: str,
+                     ) -> tuple[uuid.UUID, bool]:
+    """The case that holds this evidence, and whether the evidence is recorded in it.
+
+    An active case of the key takes the evidence (once per event id). Otherwise a case is
+    opened under the active conflict key of the two revisions; when that very case exists and
+    is already closed, the report is about a conflict settled since, and nothing is added.
+    """
+    for _ in range(3):
+        existing = active.active_conflict_id(rule_id, digest)
+        if existing is not None:
+            case = conflicts.get_case(existing)
+            if str(evidence["event_id"]) not in case.event_ids:
+                case.add_evidence(dict(evidence), actor, "further conflicting change")
+                conflicts.save(case)
+            return existing, True
+        key = active_conflict_key(rule_id, digest, current, incoming)
+        try:
+            closed = conflicts.get_case(conflict_id_for(key))
+        except AggregateNotFoundError:
+            pass
+        else:
+            if not closed.is_active:
+                return closed.id, False
+            continue  # Active but not yet indexed: look again.
+        case = ConflictCase(active_key=key, rule_id=rule_id, rule_version=rule_version,
+                            key_digest=digest, database=database, table=table,
+                            evidence=dict(evidence), actor=actor, reason=reason)
+        try:
+            conflicts.save(case, extra_statements=active.open_conflict_statements(
+                rule_id, digest, case.id))
+        except IntegrityError:
+            continue  # Another worker opened a case for this key first: join it.
+        log.info("conflict %s opened on %s.%s", case.id, database, table)
+        return case.id, True
+    raise RuntimeError("could not settle the active conflict for a record key")
