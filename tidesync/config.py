@@ -150,9 +150,21 @@ class ShipConfig:
     heartbeat_interval_seconds: int = 60
     # Extra librdkafka consumer settings, "key=value" separated by commas.
     kafka_consumer_options: str = ""
+    # Shore → ship commands (§12): the shore's node id (the origin stamped on rows a conflict
+    # decision writes), how often and how many commands are pulled. Applying them needs the
+    # [ship_target] section; without it the downlink is off.
+    shore_node_id: str = "shore"
+    commands_interval_seconds: int = 5
+    commands_page_size: int = 200
 
     def validate(self) -> list[str]:
         problems = []
+        if not self.shore_node_id:
+            problems.append("ship.shore_node_id: must not be empty")
+        if not 1 <= self.commands_page_size <= 1000:
+            problems.append("ship.commands_page_size: must be 1..1000")
+        if self.commands_interval_seconds < 1:
+            problems.append("ship.commands_interval_seconds: must be >= 1")
         if not 1 <= self.batch_max_events <= 10_000:
             problems.append("ship.batch_max_events: must be 1..10000")
         if self.batch_max_bytes < 1024:
@@ -209,6 +221,48 @@ class TargetConfig:
             problems.append("target.port: must be 1..65535")
         if not self.node_id:
             problems.append("target.node_id: must not be empty")
+        return problems
+
+
+class ShipTargetKind(enum.StrEnum):
+    NONE = ""
+    MYSQL = "mysql"
+    SQLITE = "sqlite"
+
+
+@dataclass(frozen=True)
+class ShipTargetConfig:
+    """The ship's own business database that shore commands are applied to (§12).
+
+    `kind` empty (the default) leaves the downlink apply off: `ship run` then pulls no
+    commands and `ship status` says so. The rows written carry origin = the shore and the
+    ship's `ship.node_id` is the applier's node id.
+    """
+
+    kind: ShipTargetKind = ShipTargetKind.NONE
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "tidesync"
+    password: str = field(default="", metadata={"secret": True})
+    database: str = ""
+    sqlite_path: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind is not ShipTargetKind.NONE
+
+    def as_target(self, node_id: str) -> TargetConfig:
+        """The same database as a TargetConfig, so the shore's appliers can be reused."""
+        return TargetConfig(host=self.host, port=self.port, user=self.user,
+                            password=self.password, database=self.database, node_id=node_id,
+                            sqlite_path=self.sqlite_path)
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.port <= 65535:
+            problems.append("ship_target.port: must be 1..65535")
+        if self.kind is ShipTargetKind.SQLITE and not self.sqlite_path:
+            problems.append("ship_target.sqlite_path: required when kind = sqlite")
         return problems
 
 
@@ -473,12 +527,13 @@ class Config:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     conflicts: ConflictsConfig = field(default_factory=ConflictsConfig)
     downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
+    ship_target: ShipTargetConfig = field(default_factory=ShipTargetConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
                 + self.capture.validate() + self.conflicts.validate()
-                + self.downlink.validate())
+                + self.downlink.validate() + self.ship_target.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""

@@ -97,7 +97,7 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     assert state.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert state.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10000
     versions = state.conn.execute("SELECT version, name FROM schema_version").fetchall()
-    assert versions == [(1, "0001_state")]
+    assert versions == [(1, "0001_state"), (2, "0002_downlink_commands")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",

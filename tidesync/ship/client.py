@@ -21,7 +21,7 @@ from types import FrameType
 
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
-from tidesync.config import ShipConfig
+from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.token_bucket import TokenBucket
@@ -34,6 +34,8 @@ from tidesync.ship.consumer import (
     QueueUnavailable,
     parse_options,
 )
+from tidesync.ship.downlink import Downlink, DownlinkSettings
+from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.state import (
     EventState,
     PartitionKey,
@@ -41,6 +43,7 @@ from tidesync.ship.state import (
     ReceiveAnswer,
     ReceiveOutcome,
     SQLiteShipState,
+    StateReason,
     StateStoreError,
     TerminalResult,
     Watermark,
@@ -64,6 +67,7 @@ from tidesync.ship.transport import (
     RetrySchedule,
     ShoreLink,
 )
+from tidesync.target.contract import TargetApplier
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.signing import secret_from_text
@@ -171,6 +175,20 @@ class ShipClient:
         self._watermarks: dict[PartitionKey, Watermark] = {}
         self._queue_down: str | None = None
         self._blocked_dirty = True
+        self.downlink: Downlink | None = None
+
+    def enable_downlink(self, settings: DownlinkSettings, target: TargetApplier) -> Downlink:
+        """Apply shore commands to `target` (the ship's business database) from now on."""
+        self.downlink = Downlink(
+            settings, self.state, self.link, RemoteApplier(target, settings.node_id),
+            set_health=self._downlink_health, link_failed=self._request_failed,
+            retry=RetrySchedule(self.backoff, self.rng), clock=self.clock,
+            monotonic=self.monotonic)
+        return self.downlink
+
+    def _downlink_health(self, subsystem: Subsystem, state: HealthState, reason: str,
+                         detail: str) -> None:
+        self._set_health(subsystem, state, reason, detail)
 
     # ------------------------------------------------------------------ running
 
@@ -210,6 +228,8 @@ class ShipClient:
         self._intake()
         self._upload()
         self._pull_receipts()
+        if self.downlink is not None and self.node_blocked is None:
+            self.downlink.step()
         self._commit()
         self._heartbeat()
 
@@ -221,6 +241,8 @@ class ShipClient:
         if self._queue_down is not None or not self.consumer.caught_up() or self.awaiting:
             return False
         if self.window.has_due(float("inf")) or self.more_receipts:
+            return False
+        if self.downlink is not None and not self.downlink.idle():
             return False
         return not any(wm.commit_due for wm in self._current_watermarks().values())
 
@@ -296,7 +318,10 @@ class ShipClient:
         reasons = self.state.blocked_reasons()
         if reasons:
             top, _ = reasons.most_common(1)[0]
-            self._set_health(Subsystem.QUEUE, HealthState.BLOCKED, HealthReason.EVENTS_BLOCKED,
+            # A platform write nobody can prove is an alert of its own (§12).
+            reason = (HealthReason.ORIGIN_UNPROVEN if StateReason.ORIGIN_UNPROVEN in reasons
+                      else HealthReason.EVENTS_BLOCKED)
+            self._set_health(Subsystem.QUEUE, HealthState.BLOCKED, reason,
                              f"{sum(reasons.values())} records blocked, most for {top}")
         else:
             self._set_health(Subsystem.QUEUE, HealthState.HEALTHY)
@@ -529,6 +554,8 @@ class ShipClient:
         close = getattr(self.link, "close", None)
         if close is not None:
             close()
+        if self.downlink is not None:
+            self.downlink.applier.target.close()
         self.consumer.queue.close()
         self.state.close()
 
@@ -566,9 +593,24 @@ def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
         column_types=types))
 
 
+def target_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApplier:
+    """The applier of the ship's business database; its node id is the ship's."""
+    target = ship_target.as_target(ship.node_id)
+    if ship_target.kind is ShipTargetKind.SQLITE:
+        from tidesync.target.sqlite import SQLiteTargetApplier
+
+        return SQLiteTargetApplier(ship_target.sqlite_path, node_id=ship.node_id)
+    from tidesync.target.mysql import MySQLTargetApplier
+
+    return MySQLTargetApplier.from_config(target)
+
+
 def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
-                 clock: Clock = utc_now) -> ShipClient:
-    """The client of this configuration; `link` replaces the HTTP link (benchmarks)."""
+                 clock: Clock = utc_now,
+                 ship_target: ShipTargetConfig | None = None) -> ShipClient:
+    """The client of this configuration; `link` replaces the HTTP link (benchmarks).
+
+    With an enabled `ship_target` the client also pulls and applies shore commands."""
     if not ship.node_id:
         raise ValueError("ship.node_id is required")
     if not ship.kafka_bootstrap_servers:
@@ -583,4 +625,13 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
                                      ship.topic_pattern,
                                      parse_options(ship.kafka_consumer_options)))
     consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch)
-    return ShipClient(ClientSettings.of(ship), consumer, state, link, clock=clock)
+    client = ShipClient(ClientSettings.of(ship), consumer, state, link, clock=clock)
+    if ship_target is not None and ship_target.enabled:
+        client.enable_downlink(downlink_settings(ship), target_applier(ship, ship_target))
+    return client
+
+
+def downlink_settings(ship: ShipConfig) -> DownlinkSettings:
+    return DownlinkSettings(node_id=ship.node_id, shore_node_id=ship.shore_node_id,
+                            page_size=ship.commands_page_size,
+                            interval=float(ship.commands_interval_seconds))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +40,10 @@ def _run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
-    client = build_client(config.ship)
+    client = build_client(config.ship, ship_target=config.ship_target)
+    if not config.ship_target.enabled:
+        logging.getLogger(__name__).info(
+            "shore commands are not applied: no [ship_target] configured (downlink off)")
     client.stop_on_signals()
     try:
         code = client.run(until_idle=args.until_idle, timeout=args.timeout)
@@ -59,7 +63,8 @@ def _status(args: argparse.Namespace) -> int:
     try:
         state = SQLiteShipState(ship.state_path, ship.node_id, ship.group_id, read_only=True)
         try:
-            print(json.dumps(status_report(state), indent=2))
+            print(json.dumps(status_report(state, downlink=config.ship_target.enabled),
+                             indent=2))
         finally:
             state.close()
     except StateStoreError as error:
@@ -68,7 +73,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def status_report(state: SQLiteShipState) -> dict[str, Any]:
+def status_report(state: SQLiteShipState, *, downlink: bool = False) -> dict[str, Any]:
     """The state store's view for an operator: no business values, offsets and reasons."""
     partitions = []
     for wm in state.watermarks():
@@ -91,7 +96,27 @@ def status_report(state: SQLiteShipState) -> dict[str, Any]:
         "blocked": [{"topic": t, "partition": p, "offset": o, "reason": r, "detail": d}
                     for t, p, o, r, d in state.blocked(limit=20)],
         "receipts_cursor": state.cursor(),
+        "downlink": _downlink_report(state, downlink),
     }
+
+
+def _downlink_report(state: SQLiteShipState, enabled: bool) -> dict[str, Any]:
+    from tidesync.ship.state import COMMANDS_CURSOR, StateReason
+
+    report: dict[str, Any] = {"apply_enabled": enabled}
+    try:
+        report.update({
+            "commands_cursor": state.cursor(COMMANDS_CURSOR),
+            "pending_acks": state.pending_ack_count(),
+            # COMMAND_APPLIED, COMMAND_ALREADY_APPLIED, COMMAND_CONFLICT_REPORTED,
+            # COMMAND_REJECTED → how many were recorded.
+            "commands_by_result": state.command_counts(),
+            "origin_unproven": state.blocked_reasons().get(StateReason.ORIGIN_UNPROVEN, 0),
+        })
+    except sqlite3.OperationalError:
+        # `status` opens read-only and migrates nothing: a file older than the downlink.
+        report["note"] = "state file predates the downlink tables (run `ship run` once)"
+    return report
 
 
 def _offset(value: int) -> int | None:

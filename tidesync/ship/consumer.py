@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, Normalized
 from tidesync.ship.state import (
     Consumed,
     PartitionKey,
@@ -23,6 +23,7 @@ from tidesync.ship.state import (
     SQLiteShipState,
     Watermark,
     key_digest,
+    platform_write_id,
 )
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,7 @@ class QueueConsumer:
         self.normalizer = normalizer
         self.state = state
         self.replay_epoch = replay_epoch
+        self.bidirectional = normalizer.settings.bidirectional_tables
         self.partitions: dict[PartitionKey, PartitionProgress] = {}
 
     def refresh(self) -> list[PartitionKey]:
@@ -260,8 +262,13 @@ class QueueConsumer:
     def _consumed(self, record: KafkaRecord) -> Consumed:
         outcome = self.normalizer.normalize(record)
         size = len(record.key or b"") + len(record.value or b"")
+        platform_id = None
+        if isinstance(outcome, Normalized) and (
+                outcome.event.database, outcome.event.table) in self.bidirectional:
+            # Loop suppression (§12): only tables synced both ways carry the metadata.
+            platform_id = platform_write_id(outcome.event)
         return Consumed(record.topic, record.partition, record.offset, outcome, size,
-                        key_digest(record.key))
+                        key_digest(record.key), platform_id)
 
     def _is_blocked(self, record: KafkaRecord) -> bool:
         progress = self.partitions.get(PartitionKey(record.topic, record.partition))

@@ -19,13 +19,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tidesync.cdc.debezium import Block, Normalized, Outcome
-from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 RECORD_ID_NAMESPACE = uuid.UUID("2f6c1a8e-7d4b-5e93-b1c0-4a8e6d2f9b17")
 RECEIPTS_CURSOR = "receipts"
+COMMANDS_CURSOR = "commands"
+COMMANDS_PAGE_END = "commands_page_end"
 DUPLICATE_RESULT = "DUPLICATE"
+PLATFORM_WRITE_RESULT = "PLATFORM_WRITE"
+EVENT_ID_COLUMN = "_sync_event_id"
+REVISION_COLUMN = "_sync_revision"
 
 Clock = Callable[[], dt.datetime]
 
@@ -65,6 +70,13 @@ class StateReason(enum.StrEnum):
     CAPTURE_REEMITTED = "CAPTURE_REEMITTED"
     BEHIND_BLOCKED_RECORD = "BEHIND_BLOCKED_RECORD"
     REREAD_MISMATCH = "REREAD_MISMATCH"
+    REMOTE_APPLY = "REMOTE_APPLY"
+    ORIGIN_UNPROVEN = "ORIGIN_UNPROVEN"
+
+
+class CommandState(enum.StrEnum):
+    APPLYING = "APPLYING"
+    DONE = "DONE"
 
 
 class StateStoreError(Exception):
@@ -132,6 +144,9 @@ class Consumed:
     outcome: Outcome
     size: int
     key_digest: bytes | None
+    # Set when the change was written by the platform (a remote apply): the id in its
+    # _sync_event_id (b"" when that is not a readable id). See `platform_write_id`.
+    platform_id: bytes | None = None
 
 
 @dataclass
@@ -231,6 +246,45 @@ def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
     parts += [repr(event.database), repr(event.table), repr(record_key),
               event.operation.value, str(event.replay_epoch)]
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()[:16]
+
+
+def platform_write_id(event: ChangeEvent) -> bytes | None:
+    """The 16-byte id of the platform write this change is, or None for a local business write.
+
+    Only for tables synced both ways (§12): an INSERT/UPDATE whose after image has a non-NULL
+    _sync_event_id X, or a DELETE whose before image has _sync_event_id X and _sync_revision
+    = tombstone_revision(X) (the "mark then delete" of a remote DELETE), was written by the
+    platform with event id X. A local DELETE of a row last written remotely keeps the old X but
+    not the tombstone revision, so it is a local change. b"" when X is not a readable id (it
+    can then never be proven).
+    """
+    if event.operation in (Operation.INSERT, Operation.UPDATE):
+        raw = None if event.after is None else event.after.get(EVENT_ID_COLUMN)
+        return None if raw is None else _id_bytes(raw)
+    if event.operation is Operation.DELETE and event.before is not None:
+        raw = event.before.get(EVENT_ID_COLUMN)
+        if raw is None:
+            return None
+        found = _id_bytes(raw)
+        revision = event.before.get(REVISION_COLUMN)
+        if not found or not isinstance(revision, str | bytes):
+            return None
+        try:
+            marked = Revision.parse(revision)
+        except ValueError:
+            return None
+        if marked == tombstone_revision(uuid.UUID(bytes=found)):
+            return found
+    return None
+
+
+def _id_bytes(raw: object) -> bytes:
+    try:
+        if isinstance(raw, bytes) and len(raw) == 16:
+            return raw
+        return uuid.UUID(str(raw.decode() if isinstance(raw, bytes) else raw)).bytes
+    except (ValueError, UnicodeDecodeError):
+        return b""
 
 
 def _micros(moment: dt.datetime | None) -> int | None:
@@ -512,8 +566,9 @@ class SQLiteShipState:
         now = self._now_text()
         blocked_keys = self._blocked_keys.setdefault(key, set())
         for item in fresh:
-            row, sequence = self._decide(item, replay_epoch, sequence, captures.get(item.offset),
-                                         known, blocked_keys, recorded, now)
+            row, sequence = self._decide(conn, item, replay_epoch, sequence,
+                                         captures.get(item.offset), known, blocked_keys,
+                                         recorded, now)
             if row is not None:
                 rows.append(row)
             read_offset = max(read_offset, item.offset)
@@ -584,7 +639,33 @@ class SQLiteShipState:
                 found[cid] = row[0]
         return found
 
-    def _decide(self, item: Consumed, replay_epoch: int, sequence: int, capture: bytes | None,
+    def _platform_write(self, conn: sqlite3.Connection, item: Consumed, event: ChangeEvent,
+                        common: tuple[object, ...], rule: str,
+                        times: tuple[int | None, int | None], capture: bytes | None,
+                        blocked_keys: set[bytes], recorded: Recorded,
+                        now: str) -> tuple[object, ...]:
+        """A platform write is never uploaded (it came from the shore): proven by
+        applied_command it is terminal at once, so the checkpoint passes it; unproven it
+        blocks (ORIGIN_UNPROVEN) with the records of its key behind it — never dropped."""
+        proven = bool(item.platform_id) and conn.execute(
+            "SELECT 1 FROM applied_command WHERE applied_id = ?", (item.platform_id,)
+        ).fetchone() is not None
+        if proven:
+            recorded.skipped += 1
+            return (event.event_id.bytes, *common, rule, EventState.TERMINAL.value,
+                    PLATFORM_WRITE_RESULT, StateReason.REMOTE_APPLY.value,
+                    "a shore command applied by this ship", None, item.size, item.key_digest,
+                    capture, None, *times, now)
+        recorded.blocked += 1
+        if item.key_digest is not None:
+            blocked_keys.add(item.key_digest)
+        return (event.event_id.bytes, *common, rule, EventState.BLOCKED.value, None,
+                StateReason.ORIGIN_UNPROVEN.value,
+                "a platform write whose event id this ship never applied", None, item.size,
+                item.key_digest, capture, None, *times, now)
+
+    def _decide(self, conn: sqlite3.Connection, item: Consumed, replay_epoch: int,
+                sequence: int, capture: bytes | None,
                 known: dict[bytes, bytes], blocked_keys: set[bytes], recorded: Recorded,
                 now: str) -> tuple[tuple[object, ...] | None, int]:
         """The event_state row of a record read for the first time, and the next sequence."""
@@ -612,6 +693,9 @@ class SQLiteShipState:
                     DUPLICATE_RESULT, StateReason.CAPTURE_REEMITTED.value,
                     "the capture emitted this change again", None, item.size, item.key_digest,
                     None, original, *times, now), sequence
+        if item.platform_id is not None:
+            return self._platform_write(conn, item, event, common, rule, times, capture,
+                                        blocked_keys, recorded, now), sequence
         if item.key_digest is not None and item.key_digest in blocked_keys:
             recorded.blocked += 1
             return (event.event_id.bytes, *common, rule, EventState.BLOCKED.value, None,
@@ -746,6 +830,94 @@ class SQLiteShipState:
         rows = self.conn.execute("SELECT subsystem, state, reason_code, detail, since"
                                  " FROM subsystem_health ORDER BY subsystem").fetchall()
         return [Health(r[0], r[1], r[2], r[3], dt.datetime.fromisoformat(r[4])) for r in rows]
+
+    # ------------------------------------------------------------------ shore commands
+
+    def command_progress(self, applied_id: bytes | None,
+                         command_id: bytes) -> tuple[str | None, bool]:
+        """(applied_command state or None, whether an ack of the command awaits acceptance)."""
+        state = None
+        if applied_id:
+            row = self.conn.execute("SELECT state FROM applied_command WHERE applied_id = ?",
+                                    (applied_id,)).fetchone()
+            state = None if row is None else str(row[0])
+        pending = self.conn.execute("SELECT 1 FROM pending_command_ack WHERE command_id = ?",
+                                    (command_id,)).fetchone() is not None
+        return state, pending
+
+    def begin_command(self, applied_id: bytes, command_id: bytes, sequence: int,
+                      kind: str) -> None:
+        """Record (durably, before the business database is written) that this id is about
+        to be applied: from now on a captured platform write with it is proven ours."""
+        now = self._now_text()
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO applied_command (applied_id, command_id, sequence, kind, state,"
+                " recorded_at, updated_at) VALUES (?, ?, ?, ?, 'APPLYING', ?, ?)"
+                " ON CONFLICT (applied_id) DO NOTHING",
+                (applied_id, command_id, sequence, kind, now, now))
+
+    def finish_command(self, applied_id: bytes | None, command_id: bytes, sequence: int,
+                       result: str, reason: str, local_revision: bytes, ack: bytes) -> None:
+        """The command's result (applied_command DONE) and its ack to send, in one transaction."""
+        now = self._now_text()
+        with self.transaction() as conn:
+            if applied_id:
+                conn.execute(
+                    "UPDATE applied_command SET state = 'DONE', result = ?, reason = ?,"
+                    " local_revision = ?, updated_at = ? WHERE applied_id = ?",
+                    (result, reason or None, local_revision or None, now, applied_id))
+            conn.execute(
+                "INSERT INTO pending_command_ack (command_id, sequence, result, ack, recorded_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (command_id) DO UPDATE SET"
+                " result = excluded.result, ack = excluded.ack",
+                (command_id, sequence, result, ack, now))
+            conn.execute(
+                "INSERT INTO command_result_count (result, total) VALUES (?, 1)"
+                " ON CONFLICT (result) DO UPDATE SET total = total + 1", (result,))
+
+    def pending_acks(self, limit: int) -> list[tuple[bytes, bytes]]:
+        """(command id, serialized one-ack CommandAcks) of unaccepted acks, in sequence order."""
+        rows = self.conn.execute("SELECT command_id, ack FROM pending_command_ack"
+                                 " ORDER BY sequence LIMIT ?", (limit,)).fetchall()
+        return [(bytes(row[0]), bytes(row[1])) for row in rows]
+
+    def pending_ack_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM pending_command_ack").fetchone()[0])
+
+    def acks_answered(self, answered: Iterable[bytes]) -> None:
+        """Forget acks the shore answered (accepted, or rejected as not this node's); when none
+        is left, a fully processed page's end becomes the commands cursor."""
+        with self.transaction() as conn:
+            conn.executemany("DELETE FROM pending_command_ack WHERE command_id = ?",
+                             [(command_id,) for command_id in answered])
+            self._promote_commands_cursor(conn)
+
+    def page_processed(self, next_cursor: str) -> None:
+        """Every command of a page has its result: its end is the cursor once acks are in."""
+        with self.transaction() as conn:
+            self._set_cursor(conn, COMMANDS_PAGE_END, next_cursor)
+            self._promote_commands_cursor(conn)
+
+    def _promote_commands_cursor(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("SELECT 1 FROM pending_command_ack LIMIT 1").fetchone() is not None:
+            return
+        row = conn.execute("SELECT cursor FROM sync_cursor WHERE name = ?",
+                           (COMMANDS_PAGE_END,)).fetchone()
+        if row is not None:
+            self._set_cursor(conn, COMMANDS_CURSOR, str(row[0]))
+            conn.execute("DELETE FROM sync_cursor WHERE name = ?", (COMMANDS_PAGE_END,))
+
+    def applied_command(self, applied_id: bytes) -> tuple[str, str | None, str | None] | None:
+        """(state, result, reason) of an applied id, or None."""
+        row = self.conn.execute("SELECT state, result, reason FROM applied_command"
+                                " WHERE applied_id = ?", (applied_id,)).fetchone()
+        return None if row is None else (str(row[0]), row[1], row[2])
+
+    def command_counts(self) -> dict[str, int]:
+        """Command results recorded, by result (re-applies after a crash count again)."""
+        rows = self.conn.execute("SELECT result, total FROM command_result_count").fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
 
     # ------------------------------------------------------------------ reporting
 

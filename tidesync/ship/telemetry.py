@@ -25,6 +25,7 @@ class Subsystem(enum.StrEnum):
     CAPTURE = "CAPTURE"
     QUEUE = "QUEUE"
     TRANSPORT = "TRANSPORT"
+    DOWNLINK_APPLY = "DOWNLINK_APPLY"
     DISK = "DISK"
 
 
@@ -49,6 +50,9 @@ class HealthReason(enum.StrEnum):
     EVENTS_BLOCKED = "EVENTS_BLOCKED"
     BACKLOG_HELD = "BACKLOG_HELD"
     RETRYING = "RETRYING"
+    ORIGIN_UNPROVEN = "ORIGIN_UNPROVEN"
+    APPLY_RETRYING = "APPLY_RETRYING"
+    APPLY_FAILED = "APPLY_FAILED"
 
 
 @dataclass

@@ -29,6 +29,8 @@ from tidesync.wire.signing import sign_request
 BATCHES_PATH = "/sync/v1/batches"
 RECEIPTS_PATH = "/sync/v1/receipts"
 HEARTBEAT_PATH = "/sync/v1/heartbeat"
+COMMANDS_PATH = "/sync/v1/commands"
+COMMAND_ACKS_PATH = "/sync/v1/command-acks"
 PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
@@ -85,13 +87,17 @@ def disposition_of(status: int) -> Disposition:
 
 
 class ShoreLink(Protocol):
-    """The three /sync/v1 calls the uplink needs."""
+    """The /sync/v1 calls of the uplink and of the downlink (shore commands, §12)."""
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse: ...
 
     def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage: ...
 
     def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse: ...
+
+    def commands(self, cursor: str, limit: int) -> pb.CommandsPage: ...
+
+    def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse: ...
 
 
 @dataclass
@@ -134,6 +140,17 @@ class HttpShoreLink:
     def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse:
         raw = self._request("POST", HEARTBEAT_PATH, codec.compress(message))
         return _parse(raw, pb.HeartbeatResponse)
+
+    def commands(self, cursor: str, limit: int) -> pb.CommandsPage:
+        """This node's shore commands after `cursor` (opaque; empty = from the start)."""
+        query = urllib.parse.urlencode({**({"cursor": cursor} if cursor else {}),
+                                        "limit": str(limit)})
+        raw = self._request("GET", f"{COMMANDS_PATH}?{query}", b"")
+        return _parse(raw, pb.CommandsPage)
+
+    def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse:
+        raw = self._request("POST", COMMAND_ACKS_PATH, codec.compress(message))
+        return _parse(raw, pb.CommandAcksResponse)
 
     def close(self) -> None:
         if self._connection is not None:
@@ -287,6 +304,13 @@ class NullShoreLink:
 
     def heartbeat(self, message: pb.Heartbeat) -> pb.HeartbeatResponse:
         return pb.HeartbeatResponse()
+
+    def commands(self, cursor: str, limit: int) -> pb.CommandsPage:
+        return pb.CommandsPage(next_cursor=cursor)
+
+    def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse:
+        return pb.CommandAcksResponse(
+            accepted_command_ids=[ack.command_id for ack in message.acks])
 
     def close(self) -> None:
         pass

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from tidesync.domain.change_event import ChangeEvent, Operation, Revision
+from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
     METADATA_COLUMNS,
@@ -173,6 +173,17 @@ def _value_problem(values: Sequence[Value]) -> tuple[RejectReason, str] | None:
     return None
 
 
+def delete_mark(write: PlannedWrite) -> Revision:
+    """The revision a remote DELETE stamps on the row just before deleting it.
+
+    A remote DELETE is a compare-and-set UPDATE that sets `_sync_revision` to
+    tombstone_revision(event id), `_sync_origin` and `_sync_event_id`, then a DELETE of that
+    marked row, in one transaction: so the binlog's DELETE carries a before image that proves
+    the platform wrote it (§12 loop suppression), which a plain DELETE could not.
+    """
+    return tombstone_revision(write.event.event_id)
+
+
 def parse_revision(raw: object) -> Revision | None:
     """A stored `_sync_revision` as a Revision; None when absent or not a revision."""
     if not isinstance(raw, str | bytes):
@@ -220,7 +231,8 @@ class CompareAndSetApplier(abc.ABC):
 
     @abc.abstractmethod
     def _delete(self, write: PlannedWrite) -> int:
-        """The compare-and-set DELETE; returns the rows deleted (0 or 1)."""
+        """The remote DELETE as "mark then delete" (see `delete_mark`); returns the rows the
+        compare-and-set mark matched (0 or 1)."""
 
     @abc.abstractmethod
     def _read_row(self, shape: TableShape,

@@ -26,6 +26,7 @@ from tidesync.target.cas import (
     DuplicatePrimaryKey,
     PlannedWrite,
     StatementRejected,
+    delete_mark,
     key_in_table_order,
     parse_revision,
     reject_template,
@@ -290,12 +291,15 @@ class MySQLTargetApplier(CompareAndSetApplier):
         if template is None:
             template = self._statements[key] = _statement_text(write)
         literal = self._literal
-        literals = [] if operation is Operation.DELETE else [
-            *map(literal, write.values), *self._metadata_literals(write, now)]
+        literals = [*map(literal, write.values), *self._metadata_literals(write, now)]
         if kind is not Operation.INSERT:
             assert write.event.base_revision is not None
             literals += [*map(literal, write.key),
                          self._revision_literal(shape, write.event.base_revision)]
+        if operation is Operation.DELETE:
+            # The DELETE removes only the row its own mark matched (same event id and mark).
+            literals += [*map(literal, write.key), f"'{write.event.event_id}'",
+                         self._revision_literal(shape, delete_mark(write))]
         return template % tuple(literals)
 
     def _literal(self, value: Value) -> str:
@@ -314,7 +318,9 @@ class MySQLTargetApplier(CompareAndSetApplier):
 
     def _metadata_literals(self, write: PlannedWrite, now: dt.datetime) -> tuple[str, ...]:
         event = write.event
-        assert event.result_revision is not None
+        revision = (delete_mark(write) if event.operation is Operation.DELETE
+                    else event.result_revision)
+        assert revision is not None
         cached = self._literal_cache
         origin = cached.get(event.origin_node_id)
         if origin is None:
@@ -322,7 +328,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         moment = cached.get(now)
         if moment is None:
             moment = cached[now] = self._literal(now)
-        return (self._revision_literal(write.shape, event.result_revision), origin,
+        return (self._revision_literal(write.shape, revision), origin,
                 f"'{event.event_id}'", moment)
 
     def _insert(self, write: PlannedWrite, now: dt.datetime) -> None:
@@ -332,7 +338,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         return self._execute(self._sql(write, now))
 
     def _delete(self, write: PlannedWrite) -> int:
-        return self._execute(self._sql(write, self._clock()))
+        return int(self._write_many([write], self._clock())[0])
 
     def _write_many(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> list[bool]:
         """Send the statements of several writes in one round trip (multi-statement text).
@@ -345,17 +351,18 @@ class MySQLTargetApplier(CompareAndSetApplier):
             self._literal_cache.clear()
         touched: list[bool] = []
         while len(touched) < len(writes):
-            text = ";\n".join(self._sql(write, now) for write in writes[len(touched):])
+            rest = writes[len(touched):]
+            text = ";\n".join(self._sql(write, now) for write in rest)
             counts: list[int] = []
             try:
                 self._call(functools.partial(_run_statements, cursor, text, counts))
             except DuplicatePrimaryKey:
-                touched += [count == 1 for count in counts] + [False]
+                touched += [*_touched_by(rest, counts), False]
                 continue
             except StatementRejected as failure:
-                failure.position = len(touched) + len(counts)
+                failure.position = len(touched) + len(_touched_by(rest, counts))
                 raise
-            touched += [count == 1 for count in counts]
+            touched += _touched_by(rest, counts)
         return touched
 
     def _read_row(self, shape: TableShape,
@@ -455,6 +462,22 @@ def _run_statements(cursor: Any, text: str, counts: list[int]) -> None:
         counts.append(cursor.rowcount)
 
 
+def _touched_by(writes: Sequence[PlannedWrite], counts: Sequence[int]) -> list[bool]:
+    """Per write whose statements all ran: whether its compare-and-set touched the row.
+
+    A DELETE sends two statements (the mark, then the delete); its first count decides.
+    """
+    touched: list[bool] = []
+    position = 0
+    for write in writes:
+        size = 2 if write.operation is Operation.DELETE else 1
+        if position + size > len(counts):
+            break
+        touched.append(counts[position] == 1)
+        position += size
+    return touched
+
+
 def _statement_text(write: PlannedWrite) -> str:
     shape = write.shape
     if write.operation is Operation.UPDATE:
@@ -462,8 +485,11 @@ def _statement_text(write: PlannedWrite) -> str:
         return (f"UPDATE {_table(shape)} SET {assignments}{_METADATA_SET}"  # noqa: S608
                 f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = %s")
     if write.operation is Operation.DELETE:
-        return (f"DELETE FROM {_table(shape)} WHERE {_key_match(shape)}"  # noqa: S608
-                f" AND {REVISION_COLUMN} = %s")
+        # Mark then delete (see cas.delete_mark): the UPDATE is the compare-and-set.
+        return (f"UPDATE {_table(shape)} SET {_METADATA_SET}"  # noqa: S608
+                f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = %s;\n"
+                f"DELETE FROM {_table(shape)} WHERE {_key_match(shape)}"
+                f" AND {EVENT_ID_COLUMN} = %s AND {REVISION_COLUMN} = %s")
     names = [*write.columns, REVISION_COLUMN, ORIGIN_COLUMN, EVENT_ID_COLUMN, UPDATED_AT_COLUMN]
     return (f"INSERT INTO {_table(shape)} ({', '.join(_name(n) for n in names)})"  # noqa: S608
             f" VALUES ({', '.join(['%s'] * len(names))})")

@@ -23,6 +23,7 @@ from tidesync.target.cas import (
     DuplicatePrimaryKey,
     PlannedWrite,
     StatementRejected,
+    delete_mark,
     key_in_table_order,
     parse_revision,
     reject_template,
@@ -267,12 +268,24 @@ class SQLiteTargetApplier(CompareAndSetApplier):
         ])
 
     def _delete(self, write: PlannedWrite) -> int:
+        """Mark then delete (see cas.delete_mark): the mark is the compare-and-set."""
         shape = write.shape
-        assert write.event.base_revision is not None
-        return self._execute(
+        event = write.event
+        assert event.base_revision is not None
+        key = [*map(sqlite_param, write.key)]
+        mark = _revision_param(shape, delete_mark(write))
+        marked = self._execute(
+            f"UPDATE {sqlite_quote(shape.table)} SET {REVISION_COLUMN} = ?,"  # noqa: S608
+            f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = ?, {UPDATED_AT_COLUMN} = ?"
+            f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = ?",
+            [mark, event.origin_node_id, str(event.event_id), _datetime_text(self._clock()),
+             *key, _revision_param(shape, event.base_revision)])
+        if marked != 1:
+            return 0
+        self._execute(
             f"DELETE FROM {sqlite_quote(shape.table)} WHERE {_key_match(shape)}"  # noqa: S608
-            f" AND {REVISION_COLUMN} = ?",
-            [*map(sqlite_param, write.key), _revision_param(shape, write.event.base_revision)])
+            f" AND {EVENT_ID_COLUMN} = ?", [*key, str(event.event_id)])
+        return 1
 
     def _read_row(self, shape: TableShape,
                   key: tuple[Value, ...]) -> tuple[Mapping[str, Value] | None, Revision | None]:
