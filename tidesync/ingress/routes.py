@@ -12,7 +12,7 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import Message
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +40,12 @@ from tidesync.ingress.master_key import MasterKeyError
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory, NodeStoreUnavailable
 from tidesync.ingress.receipts import BadPageRequest, page_request
 from tidesync.ingress.stores import SyncTables
+from tidesync.shore.downlink import (
+    MAX_ACKS_PER_REQUEST,
+    BadCursor,
+    DownlinkUnavailable,
+    parse_cursor,
+)
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
@@ -69,6 +75,8 @@ class IngressReason(enum.StrEnum):
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     KEYS_UNAVAILABLE = "KEYS_UNAVAILABLE"
     SYNC_STORE_NOT_CONFIGURED = "SYNC_STORE_NOT_CONFIGURED"
+    TOO_MANY_ACKS = "TOO_MANY_ACKS"
+    DOWNLINK_UNAVAILABLE = "DOWNLINK_UNAVAILABLE"
 
 
 class IngressError(Exception):
@@ -106,6 +114,16 @@ class Call:
     now: dt.datetime
 
 
+class DownlinkApi(Protocol):
+    """What the command endpoints need of the downlink (tidesync.shore.downlink)."""
+
+    def page(self, node_id: str, cursor: str, limit: int) -> pb.CommandsPage: ...
+
+    def acknowledge(self, node_id: str, acks: pb.CommandAcks) -> pb.CommandAcksResponse: ...
+
+    def close(self) -> None: ...
+
+
 Store = Callable[[Any], Message]
 """A request's writes and answer, run inside its transaction (given its connection)."""
 Handler = Callable[[Call], Store]
@@ -120,6 +138,15 @@ class Ingress:
                  tables: SyncTables[Any] | None, clock: Clock) -> None:
         self.settings, self.directory, self.limiter = settings, directory, limiter
         self.identity, self.tables, self.clock = identity, tables, clock
+        self.downlink: DownlinkApi | None = None
+        self.downlink_refusal = "the downlink is not configured on this server"
+
+    def use_downlink(self, downlink: DownlinkApi | None, refusal: str = "") -> None:
+        """Serve the command endpoints from `downlink`; None answers them 503 with
+        `refusal` (e.g. on an event store the downlink does not support yet)."""
+        self.downlink = downlink
+        if refusal:
+            self.downlink_refusal = refusal
 
     def routes(self) -> list[Route]:
         max_batch = self.settings.max_compressed_bytes
@@ -128,6 +155,9 @@ class Ingress:
             Route("/sync/v1/batches", self._endpoint(self._upload, max_batch), methods=["POST"]),
             Route("/sync/v1/receipts", self._endpoint(self._receipts, 0), methods=["GET"]),
             Route("/sync/v1/heartbeat", self._endpoint(self._heartbeat, heartbeat),
+                  methods=["POST"]),
+            Route("/sync/v1/commands", self._endpoint(self._commands, 0), methods=["GET"]),
+            Route("/sync/v1/command-acks", self._endpoint(self._command_acks, max_batch),
                   methods=["POST"]),
         ]
 
@@ -139,6 +169,8 @@ class Ingress:
 
     def close(self) -> None:
         self.directory.close()
+        if self.downlink is not None:
+            self.downlink.close()
         if self.tables is not None:
             self.tables.database.close()
 
@@ -180,6 +212,37 @@ class Ingress:
                 server_time_micros=_micros(call.now),
                 next_interval_seconds=self.settings.heartbeat_interval_seconds)
         return store
+
+    def _commands(self, call: Call) -> Store:
+        codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
+        params = call.request.query_params
+        cursor, limit = params.get("cursor", ""), params.get("limit", "")
+        try:
+            parse_cursor(cursor)
+        except BadCursor as error:
+            raise IngressError(400, IngressReason.BAD_CURSOR, str(error)) from None
+        if limit and (not limit.isdigit() or int(limit) < 1 or len(limit) > 9):
+            raise IngressError(400, IngressReason.BAD_CURSOR, "limit must be a positive integer")
+        downlink = self._downlink()
+        return lambda conn: downlink.page(call.node_id, cursor, int(limit or 0))
+
+    def _command_acks(self, call: Call) -> Store:
+        acks = codec.decompress_message(
+            call.body, pb.CommandAcks, max_compressed=self.settings.max_compressed_bytes,
+            max_decompressed=self.settings.max_decompressed_bytes)
+        _check_sender(acks.node_id, call)
+        if len(acks.acks) > MAX_ACKS_PER_REQUEST:
+            raise IngressError(413, IngressReason.TOO_MANY_ACKS,
+                               f"at most {MAX_ACKS_PER_REQUEST} acks per request")
+        downlink = self._downlink()
+        # The acks commit in the downlink's own transaction, before the answer is sent.
+        return lambda conn: downlink.acknowledge(call.node_id, acks)
+
+    def _downlink(self) -> DownlinkApi:
+        if self.downlink is None:
+            raise IngressError(503, IngressReason.DOWNLINK_UNAVAILABLE, self.downlink_refusal,
+                               300)
+        return self.downlink
 
     def _tables(self) -> SyncTables[Any]:
         if self.tables is None:
@@ -313,7 +376,7 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
         return error.status, error.reason, error.retry_after
     if isinstance(error, WireError):
         return _wire_status(error), error.reason.value, None
-    if isinstance(error, StoreUnavailable | NodeStoreUnavailable):
+    if isinstance(error, StoreUnavailable | NodeStoreUnavailable | DownlinkUnavailable):
         return 503, IngressReason.STORE_UNAVAILABLE.value, STORE_RETRY_AFTER
     if isinstance(error, ClientDisconnect):
         return 400, "CLIENT_DISCONNECTED", None

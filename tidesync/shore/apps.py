@@ -18,6 +18,7 @@ from psycopg.rows import DictRow
 
 from tidesync.domain.apply_job import ApplyJob
 from tidesync.domain.conflict_case import ConflictCase
+from tidesync.domain.downlink_command import DownlinkCommand
 
 Statement = tuple[str, Sequence[object]]
 
@@ -71,3 +72,14 @@ class ConflictCases(Application[Any]):
         case: object = self.repository.get(conflict_id)
         assert isinstance(case, ConflictCase)
         return case
+
+
+class Downlink(Application[Any]):
+    """DownlinkCommand streams: every shore-to-ship command and the ship's answer to it."""
+
+    name = "downlink"
+
+    def get_command(self, command_id: object) -> DownlinkCommand:
+        command: object = self.repository.get(command_id)
+        assert isinstance(command, DownlinkCommand)
+        return command

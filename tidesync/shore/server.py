@@ -21,8 +21,14 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import tidesync
-from tidesync.bootstrap import build_ingress, check_event_store, describe_event_store
-from tidesync.config import Config
+from tidesync.bootstrap import (
+    build_ingress,
+    check_event_store,
+    describe_event_store,
+    event_store_env,
+    postgres_conninfo,
+)
+from tidesync.config import Config, EventStoreKind
 from tidesync.graphql.console import Console
 from tidesync.ingress.routes import Ingress
 
@@ -34,6 +40,8 @@ def create_app(config: Config, ingress: Ingress | None = None,
     """The shore app: `/healthz`, `/version`, the sync API `/sync/v1/*` and the GraphQL
     console `/graphql` (each built from the config unless given)."""
     sync_api = ingress if ingress is not None else build_ingress(config)
+    if sync_api.downlink is None:
+        attach_downlink(config, sync_api)
     if console is None:
         from tidesync.graphql.wiring import build_console
 
@@ -71,6 +79,21 @@ def create_app(config: Config, ingress: Ingress | None = None,
         *sync_api.routes(),
         Route("/graphql", _console_endpoint(console), methods=["GET", "POST"]),
     ], lifespan=lifespan)
+
+
+def attach_downlink(config: Config, sync_api: Ingress) -> None:
+    """Serve GET /sync/v1/commands and POST /sync/v1/command-acks from the event store's
+    PostgreSQL database (opened on first use); the SQLite event store answers them 503."""
+    if config.event_store.kind is not EventStoreKind.POSTGRES:
+        sync_api.use_downlink(None, "the downlink needs event_store.kind = postgres for now;"
+                                    " the embedded SQLite event store serves the uplink only")
+        return
+    from tidesync.shore.downlink import LazyDownlink, open_downlink
+
+    env = event_store_env(config.event_store)
+    conninfo = postgres_conninfo(config.event_store)
+    sync_api.use_downlink(LazyDownlink(
+        lambda: open_downlink(env, conninfo, config.downlink.max_page_size)))
 
 
 def _console_endpoint(console: Console | None) -> ASGIApp:

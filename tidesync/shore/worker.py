@@ -1,7 +1,9 @@
-"""`tidesync shore work`: the apply processor and the projections, in one loop per process.
+"""`tidesync shore work`: the apply processor and the projections, in one loop per process,
+and the shore CDC consumer (downlink) in a thread beside them when `[downlink]` names a broker.
 
-Several processes may run side by side: partitions are leased, projections guarded. The event
-store is PostgreSQL or the embedded SQLite file, as configured.
+Several processes may run side by side: partitions are leased, projections guarded, and one
+process at a time holds the shore CDC consumer. The event store is PostgreSQL or the embedded
+SQLite file, as configured.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
 from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorder
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.shore.shore_cdc import ShoreCdcRunner
 from tidesync.shore.work_queue import PostgresWorkQueue, SQLiteWorkQueue, WorkQueue
 from tidesync.sqlite_store import SQLiteConnections
 from tidesync.target.contract import TargetApplier
@@ -64,10 +67,12 @@ class ShoreWorker:
     projections: list[ProjectionRunner]
     idle_sleep: float = 0.2
     stop_event: threading.Event = field(default_factory=threading.Event)
+    shore_cdc: ShoreCdcRunner | None = None
 
     def run_once(self) -> int:
-        """One round: apply work while there is some (bounded), then catch projections up."""
-        applied = 0
+        """One round: apply work while there is some (bounded), then catch projections up
+        (and, with a shore CDC consumer, one batch of shore changes first)."""
+        applied = 0 if self.shore_cdc is None else self.shore_cdc.run_once()
         for _ in range(20):
             count = self.processor.run_once()
             applied += count
@@ -81,9 +86,22 @@ class ShoreWorker:
         return applied
 
     def run(self) -> None:
-        while not self.stop_event.is_set():
-            if self.run_once() == 0:
-                self.stop_event.wait(self.idle_sleep)
+        # The shore CDC consumer has its own loop: a slow apply must not delay the downlink.
+        cdc, self.shore_cdc = self.shore_cdc, None
+        thread = None
+        if cdc is not None:
+            thread = threading.Thread(target=cdc.run, args=(self.stop_event,),
+                                      name="shore-cdc", daemon=True)
+            thread.start()
+        try:
+            while not self.stop_event.is_set():
+                if self.run_once() == 0:
+                    self.stop_event.wait(self.idle_sleep)
+        finally:
+            self.stop_event.set()
+            if thread is not None:
+                thread.join(timeout=60)
+            self.shore_cdc = cdc
 
     def stop_on_signals(self) -> None:
         def stop(signum: int, frame: FrameType | None) -> None:
@@ -145,13 +163,31 @@ def build_worker(config: Config, applier: TargetApplier,
         worker = ShoreWorker(processor, list(catalogue.runners(views, pool)))
         close_views = views.close
 
+    worker.shore_cdc = shore_cdc_runner(config)
+
     def close() -> None:
+        if worker.shore_cdc is not None:
+            worker.shore_cdc.close()
         applier.close()
         close_views()
         apps.close()
         queue.close()
 
     return worker, close
+
+
+def shore_cdc_runner(config: Config) -> ShoreCdcRunner | None:
+    """The shore CDC consumer when `downlink.kafka_bootstrap_servers` is set (PostgreSQL
+    event store only: commands live there)."""
+    if not config.downlink.kafka_bootstrap_servers:
+        return None
+    if config.event_store.kind is not EventStoreKind.POSTGRES:
+        log.warning("downlink.kafka_bootstrap_servers is set but the downlink needs"
+                    " event_store.kind = postgres: the shore CDC consumer does not run")
+        return None
+    from tidesync.shore.shore_cdc import build_shore_cdc
+
+    return build_shore_cdc(config)
 
 
 def _nothing_to_close() -> None:

@@ -1,0 +1,220 @@
+"""The DownlinkCommand aggregate: one shore-to-ship command for one node, and its ship answer.
+
+A command is issued once (a shore row change or a conflict decision, §9.4, §11.6) and
+acknowledged at most once; repeated acks change nothing. Payloads are stored type-tagged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+from tidesync.domain.change_event import Operation, RecordKey, Revision
+from tidesync.domain.evidence import decode_value, parse_record_key
+from tidesync.domain.values import Value, canonical_value, frozen_row
+
+DOWNLINK_NAMESPACE = uuid.UUID("2f6c8e0a-41d3-5b97-8c2e-6a0f4b1d9e73")
+
+
+class CommandKind(enum.StrEnum):
+    ROW_CHANGE = "ROW_CHANGE"
+    CONFLICT_DECISION = "CONFLICT_DECISION"
+
+
+class CommandResult(enum.StrEnum):
+    """The ship's result of a command (the names of sync.proto's CommandResult)."""
+
+    COMMAND_APPLIED = "COMMAND_APPLIED"
+    COMMAND_ALREADY_APPLIED = "COMMAND_ALREADY_APPLIED"
+    COMMAND_CONFLICT_REPORTED = "COMMAND_CONFLICT_REPORTED"
+    COMMAND_REJECTED = "COMMAND_REJECTED"
+
+
+def command_id_for(node_id: str, kind: CommandKind, source_id: uuid.UUID) -> uuid.UUID:
+    """Deterministic: a re-consumed shore event or a re-dispatched decision meets the stream
+    it created before instead of issuing a second command."""
+    return uuid.uuid5(DOWNLINK_NAMESPACE, f"{node_id}\x1f{kind.value}\x1f{source_id}")
+
+
+def needs_follow_up(kind: CommandKind, result: CommandResult) -> bool:
+    """Acks the shore must act on: every decision ack (the conflict moves on), and any row
+    change the ship did not apply (a conflict to open, or a rejection to look at)."""
+    return kind is CommandKind.CONFLICT_DECISION or result in (
+        CommandResult.COMMAND_CONFLICT_REPORTED, CommandResult.COMMAND_REJECTED)
+
+
+# ----------------------------------------------------------------------------- payloads
+
+
+def image_to_json(image: Mapping[str, Value] | None) -> list[list[object]] | None:
+    """Named values in type-tagged canonical form, order kept."""
+    if image is None:
+        return None
+    return [[name, canonical_value(value)] for name, value in image.items()]
+
+
+def image_from_json(raw: object) -> Mapping[str, Value] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError("an image is a list of [name, value] pairs")
+    return frozen_row((str(pair[0]), decode_value(pair[1])) for pair in raw)
+
+
+def _revision_text(revision: Revision | None) -> str | None:
+    return None if revision is None else revision.text
+
+
+def _revision(raw: object) -> Revision | None:
+    return None if raw is None else Revision.parse(str(raw))
+
+
+@dataclass(frozen=True)
+class RowChangePayload:
+    """A shore business change for a ship (ShoreRowChange): values are the after image's
+    non-key business columns (None for a DELETE)."""
+
+    record: RecordKey
+    operation: Operation
+    values: Mapping[str, Value] | None
+    expected_local_revision: Revision | None
+    result_revision: Revision | None
+    origin_node_id: str
+    origin_event_id: uuid.UUID
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "record": self.record.canonical(), "operation": self.operation.value,
+            "values": image_to_json(self.values),
+            "expected_local_revision": _revision_text(self.expected_local_revision),
+            "result_revision": _revision_text(self.result_revision),
+            "origin_node_id": self.origin_node_id,
+            "origin_event_id": str(self.origin_event_id),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RowChangePayload:
+        return cls(
+            parse_record_key(str(raw["record"])), Operation(str(raw["operation"])),
+            image_from_json(raw.get("values")), _revision(raw.get("expected_local_revision")),
+            _revision(raw.get("result_revision")), str(raw["origin_node_id"]),
+            uuid.UUID(str(raw["origin_event_id"])),
+        )
+
+
+@dataclass(frozen=True)
+class DecisionPayload:
+    """A conflict decision for a ship (ConflictDecision): decided_value None is a tombstone."""
+
+    decision_id: uuid.UUID
+    conflict_id: uuid.UUID
+    rule_id: str
+    rule_version: int | None
+    record: RecordKey
+    expected_local_revision: Revision | None
+    decided_value: Mapping[str, Value] | None
+    decided_revision: Revision
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "decision_id": str(self.decision_id), "conflict_id": str(self.conflict_id),
+            "rule_id": self.rule_id, "rule_version": self.rule_version,
+            "record": self.record.canonical(),
+            "expected_local_revision": _revision_text(self.expected_local_revision),
+            "decided_value": image_to_json(self.decided_value),
+            "decided_revision": self.decided_revision.text, "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> DecisionPayload:
+        version = raw.get("rule_version")
+        decided = _revision(raw["decided_revision"])
+        if decided is None:
+            raise ValueError("a decision needs its decided revision")
+        return cls(
+            uuid.UUID(str(raw["decision_id"])), uuid.UUID(str(raw["conflict_id"])),
+            str(raw["rule_id"]), None if version is None else int(version),
+            parse_record_key(str(raw["record"])), _revision(raw.get("expected_local_revision")),
+            image_from_json(raw.get("decided_value")), decided, str(raw.get("reason", "")),
+        )
+
+
+Payload = RowChangePayload | DecisionPayload
+
+
+def payload_from_json(kind: CommandKind, raw: Mapping[str, Any]) -> Payload:
+    if kind is CommandKind.ROW_CHANGE:
+        return RowChangePayload.from_json(raw)
+    return DecisionPayload.from_json(raw)
+
+
+def kind_of(payload: Payload) -> CommandKind:
+    return (CommandKind.ROW_CHANGE if isinstance(payload, RowChangePayload)
+            else CommandKind.CONFLICT_DECISION)
+
+
+# ----------------------------------------------------------------------------- aggregate
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """What the ship answered, as recorded (current_row in canonical form)."""
+
+    result: CommandResult
+    reason_code: str
+    detail: str
+    local_revision: str | None
+    row_exists: bool
+    current_row: list[list[object]] | None
+    processed_at: dt.datetime | None
+
+
+class DownlinkCommand(Aggregate):
+    """One command for one node: issued once, acknowledged at most once."""
+
+    @staticmethod
+    def create_id(node_id: str, kind: str, source_id: str, **_: object) -> uuid.UUID:
+        return command_id_for(node_id, CommandKind(kind), uuid.UUID(source_id))
+
+    @event("Issued")
+    def __init__(self, node_id: str, kind: str, source_id: str, payload: dict[str, Any],
+                 conflict_id: str | None, actor: str, reason: str, trace_id: str) -> None:
+        self.node_id = node_id
+        self.kind = CommandKind(kind)
+        self.source_id = uuid.UUID(source_id)
+        self.payload_json = payload
+        self.conflict_id = None if conflict_id is None else uuid.UUID(conflict_id)
+        self.trace_id = trace_id
+        self.ack: Acknowledgement | None = None
+
+    @property
+    def payload(self) -> Payload:
+        return payload_from_json(self.kind, self.payload_json)
+
+    def acknowledge(self, result: CommandResult, reason_code: str, detail: str,
+                    local_revision: Revision | None, row_exists: bool,
+                    current_row: Mapping[str, Value] | None,
+                    processed_at: dt.datetime | None, actor: str) -> bool:
+        """Record the ship's answer; False (and nothing recorded) if one is recorded already,
+        so a ship repeating its ack after a lost response changes nothing."""
+        if self.ack is not None:
+            return False
+        self._acknowledged(result.value, reason_code, detail, _revision_text(local_revision),
+                           row_exists, image_to_json(current_row), processed_at, actor,
+                           f"ship answered {result.value}")
+        return True
+
+    @event("Acknowledged")
+    def _acknowledged(self, result: str, reason_code: str, detail: str,
+                      local_revision: str | None, row_exists: bool,
+                      current_row: list[list[object]] | None, processed_at: dt.datetime | None,
+                      actor: str, reason: str) -> None:
+        self.ack = Acknowledgement(CommandResult(result), reason_code, detail, local_revision,
+                                   row_exists, current_row, processed_at)

@@ -1,0 +1,582 @@
+"""The shore CDC consumer (§12): shore business changes become one downlink command per node.
+
+Reads the shore's own capture topics, drops what the platform wrote itself (proven by the
+target's `_sync_applied` ledger), and commits queue offsets only after the results are stored.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import psycopg
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from eventsourcing.persistence import PersistenceError
+
+from tidesync.cdc.debezium import Block, DebeziumNormalizer, KafkaRecord, Normalized, Skip
+from tidesync.config import Config
+from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
+from tidesync.domain.conflict_case import is_sync_column
+from tidesync.domain.downlink_command import CommandKind, RowChangePayload
+from tidesync.domain.values import Value, frozen_row
+from tidesync.migrations import MigrationError
+from tidesync.shore.apps import Statement
+from tidesync.shore.downlink import DownlinkService, DownlinkUnavailable, NewCommand
+from tidesync.target.contract import EVENT_ID_COLUMN, REVISION_COLUMN, TargetError
+
+log = logging.getLogger(__name__)
+
+_CONNECTIVITY_ERRORS = frozenset({
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+    KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+})
+_CONSUMER_LOCK = 0x73686F7265636463  # "shorecdc"
+
+
+class ShoreCdcResult(enum.StrEnum):
+    """What became of one shore change (stored in shore_cdc_event)."""
+
+    FORWARDED = "FORWARDED"    # commands for every target node committed with this row
+    SUPPRESSED = "SUPPRESSED"  # written by the platform itself (proven): position only
+    SKIPPED = "SKIPPED"        # not a change a ship can apply (reason_code says why)
+
+
+class ShoreCdcReason(enum.StrEnum):
+    ORIGIN_UNPROVEN = "ORIGIN_UNPROVEN"
+    NOT_BIDIRECTIONAL = "NOT_BIDIRECTIONAL"
+    SNAPSHOT_NOT_FORWARDED = "SNAPSHOT_NOT_FORWARDED"
+    OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
+    PARTITION_ERROR = "PARTITION_ERROR"
+
+
+class PartitionKey(NamedTuple):
+    topic: str
+    partition: int
+
+
+class QueueUnavailable(Exception):
+    """The broker cannot be reached or failed for the whole consumer."""
+
+
+class ShoreCdcUnavailable(Exception):
+    """A batch could not be recorded (PostgreSQL, the target ledger or the broker is down);
+    its partitions were rewound and it will be read again."""
+
+
+# ----------------------------------------------------------------------------- the queue
+
+
+@dataclass(frozen=True)
+class CdcQueueSettings:
+    bootstrap_servers: str
+    group_id: str
+    topic_pattern: str
+    options: Mapping[str, str] = field(default_factory=dict)
+    request_timeout: float = 10.0
+
+    def consumer_config(self) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            # A committed offset the broker no longer has is an error, never a silent jump.
+            "auto.offset.reset": "error",
+            "queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8 * 1024 * 1024,
+            "max.partition.fetch.bytes": 2 * 1024 * 1024, "fetch.wait.max.ms": 200,
+            "log_level": 3, **self.options,
+        }
+
+
+def parse_options(text: str) -> dict[str, str]:
+    """`key=value,key=value` -> librdkafka settings."""
+    items = (item.strip() for item in text.split(","))
+    return dict(item.split("=", 1) for item in items if item)
+
+
+class KafkaCdcQueue:
+    """The shore's capture topics through confluent-kafka: explicit assignment from the
+    group's committed offsets, manual commits, no group rebalancing."""
+
+    def __init__(self, settings: CdcQueueSettings) -> None:
+        self.settings = settings
+        self.consumer = Consumer(settings.consumer_config())
+        self.pattern = re.compile(settings.topic_pattern)
+
+    def partitions(self) -> list[PartitionKey]:
+        try:
+            metadata = self.consumer.list_topics(timeout=self.settings.request_timeout)
+        except KafkaException as error:
+            raise QueueUnavailable(f"cannot list topics: {error.args[0]}") from error
+        return sorted(PartitionKey(name, number) for name, topic in metadata.topics.items()
+                      if self.pattern.search(name) and topic.error is None
+                      for number in topic.partitions)
+
+    def committed(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int | None]:
+        if not keys:
+            return {}
+        try:
+            found = self.consumer.committed([TopicPartition(k.topic, k.partition) for k in keys],
+                                            timeout=self.settings.request_timeout)
+        except KafkaException as error:
+            raise QueueUnavailable(f"cannot read committed offsets: {error.args[0]}") from error
+        return {PartitionKey(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
+                for tp in found}
+
+    def assign(self, starts: Mapping[PartitionKey, int | None]) -> None:
+        self.consumer.incremental_assign([
+            TopicPartition(k.topic, k.partition, OFFSET_BEGINNING if o is None else o)
+            for k, o in starts.items()])
+
+    def unassign(self, keys: Iterable[PartitionKey]) -> None:
+        partitions = [TopicPartition(k.topic, k.partition) for k in keys]
+        if partitions:
+            self.consumer.incremental_unassign(partitions)
+
+    def poll(self, max_records: int, timeout: float
+             ) -> tuple[list[KafkaRecord], dict[PartitionKey, str]]:
+        try:
+            messages = self.consumer.consume(num_messages=max_records, timeout=0)
+            if not messages and timeout > 0:
+                first = self.consumer.poll(timeout)
+                messages = [] if first is None else [first, *self.consumer.consume(
+                    num_messages=max_records - 1, timeout=0)]
+        except KafkaException as error:
+            raise QueueUnavailable(f"consume failed: {error.args[0]}") from error
+        records: list[KafkaRecord] = []
+        errors: dict[PartitionKey, str] = {}
+        for message in messages:
+            problem = message.error()
+            if problem is None:
+                records.append(_record(message))
+                continue
+            topic, partition = message.topic(), message.partition()
+            if topic is None or partition is None or problem.code() in _CONNECTIVITY_ERRORS:
+                raise QueueUnavailable(f"queue error {problem.name()}")
+            if problem.code() != KafkaError._PARTITION_EOF:
+                errors[PartitionKey(topic, partition)] = problem.name()
+        return records, errors
+
+    def pause(self, keys: Iterable[PartitionKey]) -> None:
+        self.consumer.pause([TopicPartition(k.topic, k.partition) for k in keys])
+
+    def commit(self, offsets: Mapping[PartitionKey, int]) -> None:
+        try:
+            self.consumer.commit(offsets=[TopicPartition(k.topic, k.partition, o)
+                                          for k, o in offsets.items()], asynchronous=False)
+        except KafkaException as error:
+            raise QueueUnavailable(f"commit failed: {error.args[0]}") from error
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _record(message: Any) -> KafkaRecord:
+    kind, timestamp = message.timestamp()
+    return KafkaRecord(
+        topic=message.topic(), partition=message.partition(), offset=message.offset(),
+        key=message.key(), value=message.value(), headers=tuple(message.headers() or ()),
+        timestamp_ms=timestamp if kind != 0 and timestamp >= 0 else None)
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+class AppliedLedger(Protocol):
+    """The shore target's record of event ids the platform applied (`_sync_applied`)."""
+
+    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]: ...
+
+
+class _Unreadable:
+    """A platform event id column that is not a UUID: its origin cannot be proven."""
+
+
+UNREADABLE = _Unreadable()
+
+
+def platform_event_id(event: ChangeEvent) -> uuid.UUID | _Unreadable | None:
+    """The event id X when this change was written by the platform (§12): an INSERT/UPDATE
+    whose after image has _sync_event_id = X, or a DELETE whose before image has
+    _sync_event_id = X and _sync_revision = tombstone_revision(X); None for a local change."""
+    if event.operation is Operation.DELETE:
+        before = event.before or {}
+        event_id = _uuid(before.get(EVENT_ID_COLUMN))
+        if not isinstance(event_id, uuid.UUID):
+            return event_id
+        revision = _revision(before.get(REVISION_COLUMN))
+        return event_id if revision == tombstone_revision(event_id) else None
+    return _uuid((event.after or {}).get(EVENT_ID_COLUMN))
+
+
+def _uuid(raw: Value) -> uuid.UUID | _Unreadable | None:
+    if raw is None:
+        return None
+    try:
+        if isinstance(raw, bytes) and len(raw) == 16:
+            return uuid.UUID(bytes=raw)
+        return uuid.UUID(raw.decode("ascii") if isinstance(raw, bytes) else str(raw))
+    except (ValueError, UnicodeDecodeError):
+        return UNREADABLE
+
+
+def _revision(raw: Value) -> Revision | None:
+    try:
+        return Revision.parse(raw) if isinstance(raw, str | bytes) else None
+    except ValueError:
+        return None
+
+
+def row_change_payload(event: ChangeEvent, origin_node_id: str) -> RowChangePayload:
+    """The command payload of a local shore change: the after image's non-key business
+    columns, the revision the ship's row must have and the one it gets."""
+    values = None
+    if event.operation is not Operation.DELETE and event.after is not None:
+        keys = set(event.record.as_dict())
+        values = frozen_row((name, value) for name, value in event.after.items()
+                            if name not in keys and not is_sync_column(name))
+    return RowChangePayload(event.record, event.operation, values, event.base_revision,
+                            event.result_revision, origin_node_id, event.event_id)
+
+
+@dataclass(frozen=True)
+class BlockedPartition:
+    offset: int
+    reason: str
+    event_id: uuid.UUID | None = None
+
+
+@dataclass
+class _Batch:
+    """What one poll decided, recorded in one transaction."""
+
+    rows: list[Statement] = field(default_factory=list)
+    commands: list[NewCommand] = field(default_factory=list)
+    handled: dict[PartitionKey, int] = field(default_factory=dict)
+    first: dict[PartitionKey, int] = field(default_factory=dict)
+    blocks: dict[PartitionKey, BlockedPartition] = field(default_factory=dict)
+    forwarded: int = 0
+    suppressed: int = 0
+
+
+_INSERT_RESULT = (
+    "INSERT INTO shore_cdc_event (event_id, topic, kafka_partition, kafka_offset, result,"
+    " reason_code, command_count) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    " ON CONFLICT (event_id) DO NOTHING"
+)
+_UPSERT_BLOCK = (
+    "INSERT INTO shore_cdc_block (topic, kafka_partition, kafka_offset, reason_code, event_id)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (topic, kafka_partition) DO UPDATE SET"
+    " kafka_offset = EXCLUDED.kafka_offset, reason_code = EXCLUDED.reason_code,"
+    " event_id = EXCLUDED.event_id, blocked_at = now()"
+)
+_CLEAR_BLOCK = ("DELETE FROM shore_cdc_block WHERE topic = %s AND kafka_partition = %s"
+                " AND kafka_offset <= %s")
+
+
+class ShoreCdcConsumer:
+    """Consumes the shore's capture topics in batches: one transaction per poll holds the
+    batch's commands and results; queue offsets follow only after it commits."""
+
+    def __init__(self, queue: KafkaCdcQueue, normalizer: DebeziumNormalizer,
+                 ledger: AppliedLedger, downlink: DownlinkService,
+                 nodes: Callable[[], Sequence[str]], origin_node_id: str, *,
+                 max_records: int = 500, poll_timeout: float = 0.2,
+                 refresh_seconds: float = 5.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.queue, self.normalizer, self.ledger = queue, normalizer, ledger
+        self.downlink, self.nodes, self.origin_node_id = downlink, nodes, origin_node_id
+        self.max_records, self.poll_timeout = max_records, poll_timeout
+        self.refresh_seconds, self.monotonic = refresh_seconds, monotonic
+        self.assigned: set[PartitionKey] = set()
+        self.blocked: dict[PartitionKey, BlockedPartition] = {}
+        self._refreshed_at: float | None = None
+
+    def refresh(self) -> list[PartitionKey]:
+        """Assign partitions of new matching topics at the group's committed offsets."""
+        new = [key for key in self.queue.partitions() if key not in self.assigned]
+        if new:
+            self.queue.assign(self.queue.committed(new))
+            self.assigned.update(new)
+        self._refreshed_at = self.monotonic()
+        return new
+
+    def run_once(self) -> int:
+        """Read, decide and record one batch; returns the number of records handled."""
+        if self._refreshed_at is None or (
+                self.monotonic() - self._refreshed_at >= self.refresh_seconds):
+            self.refresh()
+        records, errors = self.queue.poll(self.max_records, self.poll_timeout)
+        batch = _Batch()
+        for key, name in errors.items():
+            reason = (ShoreCdcReason.OFFSET_OUT_OF_RANGE if "OFFSET" in name
+                      else ShoreCdcReason.PARTITION_ERROR)
+            batch.blocks[key] = BlockedPartition(-1, reason)
+        records = [r for r in records if PartitionKey(r.topic, r.partition) not in self.blocked]
+        if not records and not batch.blocks:
+            return 0
+        try:
+            self._decide(records, batch)
+            self._record(batch)
+        except (DownlinkUnavailable, TargetError) as error:
+            self._rewind(batch)
+            raise ShoreCdcUnavailable(type(error).__name__) from error
+        self._hold(batch.blocks)
+        if batch.handled:
+            self.queue.commit({key: offset + 1 for key, offset in batch.handled.items()})
+        if batch.forwarded or batch.suppressed:
+            log.info("shore CDC: %d forwarded (%d commands), %d suppressed", batch.forwarded,
+                     len(batch.commands), batch.suppressed)
+        return len(records)
+
+    def _decide(self, records: Sequence[KafkaRecord], batch: _Batch) -> None:
+        for record in records:
+            batch.first.setdefault(PartitionKey(record.topic, record.partition), record.offset)
+        outcomes = [(record, self.normalizer.normalize(record)) for record in records]
+        claimed = {x for _, o in outcomes if isinstance(o, Normalized)
+                   and self._checked(o.event)
+                   and isinstance(x := platform_event_id(o.event), uuid.UUID)}
+        proven = self.ledger.applied_event_ids(sorted(claimed)) if claimed else set()
+        nodes: Sequence[str] | None = None
+        for record, outcome in outcomes:
+            key = PartitionKey(record.topic, record.partition)
+            if key in batch.blocks:
+                continue  # Held at an earlier record of this batch.
+            if isinstance(outcome, Block):
+                batch.blocks[key] = BlockedPartition(record.offset, outcome.reason.value)
+                continue
+            if isinstance(outcome, Normalized):
+                if nodes is None:
+                    nodes = list(self.nodes())
+                if not self._decide_event(record, outcome.event, proven, nodes, batch):
+                    continue
+            else:
+                assert isinstance(outcome, Skip)
+            batch.handled[key] = record.offset
+
+    def _checked(self, event: ChangeEvent) -> bool:
+        return (event.database, event.table) in self.normalizer.settings.bidirectional_tables
+
+    def _decide_event(self, record: KafkaRecord, event: ChangeEvent, proven: set[uuid.UUID],
+                      nodes: Sequence[str], batch: _Batch) -> bool:
+        """Record the event's result in the batch; False when it holds the partition."""
+        key = PartitionKey(record.topic, record.partition)
+        result, reason = ShoreCdcResult.FORWARDED, ""
+        if not self._checked(event):
+            result, reason = ShoreCdcResult.SKIPPED, ShoreCdcReason.NOT_BIDIRECTIONAL.value
+        elif event.operation is Operation.SNAPSHOT:
+            result, reason = ShoreCdcResult.SKIPPED, ShoreCdcReason.SNAPSHOT_NOT_FORWARDED.value
+        else:
+            claimed = platform_event_id(event)
+            if claimed is not None and claimed not in proven:
+                batch.blocks[key] = BlockedPartition(
+                    record.offset, ShoreCdcReason.ORIGIN_UNPROVEN.value, event.event_id)
+                return False
+            if claimed is not None:
+                result = ShoreCdcResult.SUPPRESSED
+        count = 0
+        if result is ShoreCdcResult.FORWARDED:
+            payload = row_change_payload(event, self.origin_node_id)
+            batch.commands += [NewCommand(node, CommandKind.ROW_CHANGE, event.event_id,
+                                          payload, actor="shore-cdc",
+                                          reason="shore business change",
+                                          trace_id=event.trace_id) for node in nodes]
+            count = len(nodes)
+            batch.forwarded += 1
+        elif result is ShoreCdcResult.SUPPRESSED:
+            batch.suppressed += 1
+        batch.rows.append((_INSERT_RESULT, (event.event_id, record.topic, record.partition,
+                                            record.offset, result.value, reason, count)))
+        return True
+
+    def _record(self, batch: _Batch) -> None:
+        statements = list(batch.rows)
+        for key, offset in batch.handled.items():
+            statements.append((_CLEAR_BLOCK, (key.topic, key.partition, offset)))
+        for key, blocked in batch.blocks.items():
+            statements.append((_UPSERT_BLOCK, (key.topic, key.partition, blocked.offset,
+                                               blocked.reason, blocked.event_id)))
+        if batch.commands or statements:
+            self.downlink.issue(batch.commands, extra_statements=statements)
+
+    def _rewind(self, batch: _Batch) -> None:
+        """Read the batch's partitions again from where this batch started."""
+        if batch.first:
+            self.queue.unassign(batch.first)
+            self.queue.assign(dict(batch.first))
+
+    def _hold(self, blocks: Mapping[PartitionKey, BlockedPartition]) -> None:
+        for key, blocked in blocks.items():
+            log.error("shore CDC holds %s/%d at offset %d: %s", key.topic, key.partition,
+                      blocked.offset, blocked.reason)
+            self.blocked[key] = blocked
+        if blocks:
+            self.queue.pause(blocks)
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+# ----------------------------------------------------------------------------- running
+
+
+class PostgresConsumerLock:
+    """At most one shore CDC consumer at a time across worker processes: a session-level
+    advisory lock, released by PostgreSQL when the holder's connection ends."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+
+    def held(self) -> bool:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.conninfo, autocommit=True)
+                row = self._conn.execute("SELECT pg_try_advisory_lock(%s)",
+                                         (_CONSUMER_LOCK,)).fetchone()
+                if not (row and row[0]):
+                    self.release()
+                    return False
+                return True
+            self._conn.execute("SELECT 1")
+            return True
+        except psycopg.Error:
+            self.release()
+            return False
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+@dataclass
+class ShoreCdcRunner:
+    """Runs the consumer while this process holds the lock; a new consumer after any loss,
+    so a restart or takeover re-reads from the committed offsets."""
+
+    open_consumer: Callable[[], ShoreCdcConsumer]
+    lock: PostgresConsumerLock
+    retry_seconds: float = 2.0
+    consumer: ShoreCdcConsumer | None = None
+
+    def run_once(self) -> int:
+        if not self.lock.held():
+            self._drop()
+            return 0
+        try:
+            if self.consumer is None:
+                self.consumer = self.open_consumer()
+            return self.consumer.run_once()
+        except (ShoreCdcUnavailable, QueueUnavailable, DownlinkUnavailable, TargetError,
+                PersistenceError, psycopg.OperationalError, MigrationError) as error:
+            log.warning("shore CDC paused: %s", error)
+            self._drop()
+            return 0
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                handled = self.run_once()
+            except Exception:
+                log.exception("shore CDC failed; retrying")
+                self._drop()
+                handled = 0
+            if handled == 0:
+                stop.wait(self.retry_seconds if self.consumer is None else 0.2)
+        self.close()
+
+    def _drop(self) -> None:
+        if self.consumer is not None:
+            try:
+                self.consumer.close()
+            finally:
+                self.consumer = None
+
+    def close(self) -> None:
+        self._drop()
+        self.lock.release()
+
+
+class TargetNodes:
+    """The nodes a shore change goes to: `*` is every registered node not revoked (read
+    again every `ttl` seconds, so a new ship gets changes from then on), else the listed ids."""
+
+    def __init__(self, spec: str, open_nodes: Callable[[], Any], ttl: float = 10.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.listed = None if spec.strip() == "*" else [
+            item.strip() for item in spec.split(",") if item.strip()]
+        self._open_nodes, self._ttl, self._monotonic = open_nodes, ttl, monotonic
+        self._app: Any = None
+        self._cached: tuple[float, list[str]] | None = None
+
+    def __call__(self) -> list[str]:
+        if self.listed is not None:
+            return self.listed
+        now = self._monotonic()
+        if self._cached is None or now - self._cached[0] >= self._ttl:
+            if self._app is None:
+                self._app = self._open_nodes()
+            active = [node_id for node_id in self._app.node_ids()
+                      if not self._app.node(node_id).is_revoked]
+            self._cached = (now, active)
+        return self._cached[1]
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+
+
+class ClosingConsumer(ShoreCdcConsumer):
+    """A consumer that owns its ledger, downlink and node directory and closes them too."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            for part in (self.ledger, self.downlink, self.nodes):
+                closer = getattr(part, "close", None)
+                if closer is not None:
+                    closer()
+
+
+def build_shore_cdc(config: Config) -> ShoreCdcRunner:
+    """The shore CDC runner of `[downlink]` and `[target]` (PostgreSQL event store only)."""
+    from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
+    from tidesync.cdc.column_types import InMemoryColumnTypes
+    from tidesync.cdc.debezium import NormalizerSettings
+    from tidesync.ingress.nodes import NodesApplication
+    from tidesync.shore.downlink import open_downlink
+
+    downlink_config, store = config.downlink, config.event_store
+    env = event_store_env(store)
+    conninfo = postgres_conninfo(store)
+
+    def open_consumer() -> ShoreCdcConsumer:
+        types = (InMemoryColumnTypes.from_json_file(downlink_config.column_types_file)
+                 if downlink_config.column_types_file else None)
+        normalizer = DebeziumNormalizer(NormalizerSettings(
+            origin_node_id=config.target.node_id,
+            source_connector_id=downlink_config.source_connector_id,
+            bidirectional_tables=downlink_config.table_set(), column_types=types))
+        downlink = open_downlink(env, conninfo, downlink_config.max_page_size)
+        try:
+            applier = build_target_applier(config.target)
+        except Exception:
+            downlink.close()
+            raise
+        queue = KafkaCdcQueue(CdcQueueSettings(
+            downlink_config.kafka_bootstrap_servers, downlink_config.consumer_group,
+            downlink_config.topic_pattern, parse_options(downlink_config.kafka_consumer_options)))
+        return ClosingConsumer(
+            queue, normalizer, applier, downlink,
+            TargetNodes(downlink_config.nodes, lambda: NodesApplication(env=env)),
+            config.target.node_id)
+
+    return ShoreCdcRunner(open_consumer, PostgresConsumerLock(conninfo))
