@@ -29,6 +29,27 @@ class ActiveConflicts(Protocol):
     def open_conflict_statements(self, rule_id: str, key_digest: str,
                                  conflict_id: uuid.UUID) -> list[Statement]: ...
 
+    def decided_conflict_id(self, rule_id: str, key_digest: str,
+                            revision: Revision) -> uuid.UUID | None: ...
+
+
+def weighed_revisions(case: ConflictCase) -> set[str]:
+    """Every revision of the record the case's evidence shows, both sides."""
+    found = set()
+    for evidence in case.evidence:
+        for name in ("incoming_result_revision", "current_revision"):
+            if evidence.get(name):
+                found.add(str(evidence[name]))
+    return found
+
+
+def decided_revision_statements(case: ConflictCase) -> list[Statement]:
+    """Remember, with the decision, the revisions it weighed (PostgreSQL)."""
+    return [("INSERT INTO decided_revision (rule_id, key_digest, revision, conflict_id)"
+             " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+             (case.rule_id, case.key_digest, uuid.UUID(revision), case.id))
+            for revision in sorted(weighed_revisions(case))]
+
 
 def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
     """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
@@ -47,10 +68,15 @@ def capture_conflict(conflicts: ConflictCases, active: ActiveConflicts, *, rule_
                      ) -> tuple[uuid.UUID, bool]:
     """The case that holds this evidence, and whether the evidence is recorded in it.
 
-    An active case of the key takes the evidence (once per event id). Otherwise a case is
-    opened under the active conflict key of the two revisions; when that very case exists and
-    is already closed, the report is about a conflict settled since, and nothing is added.
+    An active case of the key takes the evidence (once per event id). A change whose revision
+    a decision already weighed belongs to that decided case. Otherwise a case is opened under
+    the active conflict key of the two revisions; when that very case exists and is already
+    closed, the report is about a conflict settled since, and nothing is added.
     """
+    if incoming is not None:
+        decided = active.decided_conflict_id(rule_id, digest, incoming)
+        if decided is not None:
+            return decided, False
     for _ in range(3):
         existing = active.active_conflict_id(rule_id, digest)
         if existing is not None:

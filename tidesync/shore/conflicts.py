@@ -6,6 +6,7 @@ lets the aggregate decide, and saves; the answer carries the position to wait on
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -29,6 +30,7 @@ from tidesync.domain.conflict_case import (
 )
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
+from tidesync.shore.conflict_capture import decided_revision_statements
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
@@ -130,7 +132,8 @@ class ConflictService:
                     str(self.new_uuid()), decision.actor, decision.reason, decision.trace_id)
         # The arbiter in `shore work` applies and dispatches it next.
         return self._save(case, [("UPDATE active_conflict SET due_at = now()"
-                                  " WHERE conflict_id = %s", (case.id,))])
+                                  " WHERE conflict_id = %s", (case.id,)),
+                                 *decided_revision_statements(case)])
 
     def cancel(self, conflict_id: uuid.UUID, actor: str, reason: str,
                expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:
@@ -201,7 +204,8 @@ class PostgresRecordKeys:
         self.pool = pool
 
     def record_key(self, case: ConflictCase) -> RecordKey:
-        for candidate in [*self._from_record_head(case), *self._from_inbox(case)]:
+        for candidate in [*self._from_record_head(case), *self._from_inbox(case),
+                          *self._from_commands(case)]:
             if _key_digest(case.rule_id, candidate) == case.key_digest:
                 return candidate
         raise RevisionUnavailable("the record key is no longer on record")
@@ -241,6 +245,25 @@ class PostgresRecordKeys:
                 continue
             return [event.record]
         return []
+
+
+    def _from_commands(self, case: ConflictCase) -> list[RecordKey]:
+        """Evidence a ship reported in answer to a command names the command."""
+        ids = []
+        for evidence in case.evidence:
+            with contextlib.suppress(ValueError):
+                ids.append(uuid.UUID(str(evidence["event_id"])))
+        with self.pool.connection() as conn:
+            try:
+                rows = conn.execute("SELECT payload->>'record' FROM downlink_command"
+                                    " WHERE command_id = ANY(%s)", (ids,)).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+        keys = []
+        for (text,) in rows:
+            with contextlib.suppress(EvidenceValueError):
+                keys.append(parse_record_key(str(text)))
+        return keys
 
 
 def _key_digest(rule_id: str, key: RecordKey) -> str:

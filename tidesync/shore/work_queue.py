@@ -22,7 +22,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
-from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.change_event import ChangeEvent, Revision
 from tidesync.shore.apps import Statement
 from tidesync.sqlite_store import (
     SQLiteConnections,
@@ -159,6 +159,11 @@ class WorkQueue(Protocol):
     def active_conflict(self, rule_id: str, key_digest: str,
                         candidate: uuid.UUID) -> tuple[uuid.UUID, bool]:
         """The active conflict of rule + key: the existing one, or `candidate` newly opened."""
+        ...
+
+    def decided_conflict_id(self, rule_id: str, key_digest: str,
+                            revision: Revision) -> uuid.UUID | None:
+        """The decided conflict that weighed `revision` of rule + key, if any."""
         ...
 
     def open_event_counts(self, node: str | None = None) -> list[OpenEventCount]:
@@ -386,6 +391,15 @@ class PostgresWorkQueue:
             ).fetchone()
         assert row is not None
         return row[0], bool(row[1])
+
+    def decided_conflict_id(self, rule_id: str, key_digest: str,
+                            revision: Revision) -> uuid.UUID | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT conflict_id FROM decided_revision WHERE rule_id = %s"
+                " AND key_digest = %s AND revision = %s",
+                (rule_id, key_digest, uuid.UUID(bytes=revision.value))).fetchone()
+        return None if row is None else uuid.UUID(str(row[0]))
 
     # -------------------------------------------------------------------- operators
 
@@ -623,6 +637,15 @@ class SQLiteWorkQueue:
             for sql, params in self.open_conflict_statements(rule_id, key_digest, candidate):
                 conn.execute(sql, params)
         return candidate, True
+
+    def decided_conflict_id(self, rule_id: str, key_digest: str,
+                            revision: Revision) -> uuid.UUID | None:
+        with self.connections.connection() as conn:
+            row = conn.execute(
+                "SELECT conflict_id FROM decided_revision WHERE rule_id = ?"
+                " AND key_digest = ? AND revision = ?",
+                (rule_id, key_digest, revision.text)).fetchone()
+        return None if row is None else uuid.UUID(row[0])
 
     # -------------------------------------------------------------------- operators
 

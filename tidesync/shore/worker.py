@@ -1,5 +1,6 @@
-"""`tidesync shore work`: the apply processor and the projections, in one loop per process,
-and the shore CDC consumer (downlink) in a thread beside them when `[downlink]` names a broker.
+"""`tidesync shore work`: the apply processor, the conflict arbiter (PostgreSQL) and the
+projections, in one loop per process, and the shore CDC consumer (downlink) in a thread
+beside them when `[downlink]` names a broker.
 
 Several processes may run side by side: partitions are leased, projections guarded, and one
 process at a time holds the shore CDC consumer. The event store is PostgreSQL or the embedded
@@ -28,6 +29,7 @@ from tidesync.migrations import migrate_postgres, migrate_sqlite
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
 from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorder
+from tidesync.shore.arbiter import Arbiter, build_arbiter
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.shore_cdc import ShoreCdcRunner
 from tidesync.shore.work_queue import PostgresWorkQueue, SQLiteWorkQueue, WorkQueue
@@ -68,6 +70,7 @@ class ShoreWorker:
     idle_sleep: float = 0.2
     stop_event: threading.Event = field(default_factory=threading.Event)
     shore_cdc: ShoreCdcRunner | None = None
+    arbiter: Arbiter | None = None
 
     def run_once(self) -> int:
         """One round: apply work while there is some (bounded), then catch projections up
@@ -78,6 +81,8 @@ class ShoreWorker:
             applied += count
             if count == 0:
                 break
+        if self.arbiter is not None:
+            applied += self.arbiter.run_once()
         for runner in self.projections:
             try:
                 runner.run_until_idle()
@@ -161,7 +166,11 @@ def build_worker(config: Config, applier: TargetApplier,
             event_store_env(config.event_store),
             existing={"apply_jobs": apps.apply_jobs, "conflict_cases": apps.conflicts})
         worker = ShoreWorker(processor, list(catalogue.runners(views, pool)))
-        close_views = views.close
+        worker.arbiter, close_arbiter = build_arbiter(config, apps.conflicts, pool, clock)
+
+        def close_views() -> None:
+            close_arbiter()
+            views.close()
 
     worker.shore_cdc = shore_cdc_runner(config)
 

@@ -384,6 +384,10 @@ class CompareAndSetApplier(abc.ABC):
                 database, [event.event_id]):
             return self._outcome(write, TargetOutcomeKind.ALREADY_APPLIED, "IN_LEDGER")
         row, revision = self._read_row(write.shape, write.key)
+        if (write.operation in (Operation.INSERT, Operation.UPDATE) and revision is not None
+                and revision == event.result_revision):
+            # The row already holds this very version: a conflict decision chose it.
+            return self._outcome(write, TargetOutcomeKind.ALREADY_APPLIED, "SAME_REVISION")
         if write.operation is Operation.SNAPSHOT:
             if revision is not None and revision == event.result_revision:
                 return self._outcome(write, TargetOutcomeKind.ALREADY_APPLIED, "SAME_REVISION")
