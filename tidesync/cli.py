@@ -15,6 +15,7 @@ from tidesync.config import Config, ConfigError, load_config
 
 COMMAND_MODULES = (
     "tidesync.shore.commands",
+    "tidesync.shore.conflict_commands",
     "tidesync.ingress.commands",
     "tidesync.target.commands",
     "tidesync.ship.commands",

@@ -58,6 +58,8 @@ def parse_display(sample: object, text: str | None) -> Tagged:
         return _PARSERS[tag](text, sample)
     except KeyError:
         raise EvidenceValueError(f"values of type {tag} cannot be entered") from None
+    except EvidenceValueError:
+        raise
     except (ValueError, ArithmeticError, binascii.Error) as error:
         raise EvidenceValueError(f"not a {tag} value") from error
 
@@ -102,7 +104,11 @@ def _bytes(text: str, _: object) -> Tagged:
 
 
 def _datetime(text: str, _: object) -> Tagged:
-    return ["datetime", require_utc(dt.datetime.fromisoformat(text.strip())).isoformat()]
+    """ISO 8601 with its offset: a time without one is ambiguous and is not guessed."""
+    moment = dt.datetime.fromisoformat(text.strip())
+    if moment.tzinfo is None:
+        raise EvidenceValueError("a datetime needs its UTC offset, e.g. 2026-01-01T08:00:00+00:00")
+    return ["datetime", require_utc(moment).isoformat()]
 
 
 def _date(text: str, _: object) -> Tagged:
