@@ -6,6 +6,7 @@ and ship reports of a shore change meeting another revision open the same case."
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import uuid
 from decimal import Decimal
 
@@ -287,3 +288,26 @@ def test_a_late_report_of_a_revision_a_decision_weighed_opens_no_new_case(
     assert [row for row in pg_rows(setup.pool, "SELECT conflict_id FROM active_conflict")
             if setup.apps.conflicts.get_case(row[0]).key_digest
             == setup.apps.conflicts.get_case(conflict_id).key_digest] == []
+
+
+def test_an_expired_auto_decide_lease_is_taken_over(shore, target_db, shore_mariadb, downlink):
+    clock = Clock()
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, clock,
+                       Policy(PolicyName.SHORE_WINS))
+    conflict_id = concurrent_update(setup)
+    # A worker took the lease and died before deciding.
+    case = setup.apps.conflicts.get_case(conflict_id)
+    until = clock.now + dt.timedelta(seconds=60)
+    case.start_auto_decide("dead-worker", "SHORE_WINS", clock.now.isoformat(), until.isoformat(),
+                           "system:arbiter", "policy SHORE_WINS")
+    setup.apps.conflicts.save(case, extra_statements=[
+        ("UPDATE active_conflict SET due_at = %s WHERE conflict_id = %s", (until, conflict_id))])
+
+    assert setup.arbiter.run_once() == 0  # the lease still holds
+    assert setup.apps.conflicts.get_case(conflict_id).state is ConflictState.AUTO_DECIDING
+    clock.advance(61)
+    assert setup.arbiter.run_once() >= 1
+
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert case.state is ConflictState.DISPATCHED
+    assert case.lease["owner"] == "arb-1" and case.lease["taken_over_from"] == "dead-worker"
