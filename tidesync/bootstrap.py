@@ -46,6 +46,8 @@ def event_store_env(store: EventStoreConfig) -> dict[str, str]:
         "POSTGRES_PASSWORD": store.postgres_password,
         "POSTGRES_POOL_SIZE": str(store.postgres_pool_size),
         "POSTGRES_CONNECT_TIMEOUT": "5",
+        # Every application's recorder creates its tables safely under concurrent starts.
+        "APPLICATION_RECORDER_TOPIC": "tidesync.shore.apps:PostgresStatementsRecorder",
     }
 
 

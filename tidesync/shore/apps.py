@@ -6,11 +6,12 @@ events, so an index table (the inbox) never disagrees with the streams it summar
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
 from psycopg import Cursor
@@ -21,10 +22,27 @@ from tidesync.domain.conflict_case import ConflictCase
 from tidesync.domain.downlink_command import DownlinkCommand
 
 Statement = tuple[str, Sequence[object]]
+_CREATE_ATTEMPTS = 5
 
 
 class PostgresStatementsRecorder(PostgresApplicationRecorder):
-    """Runs caller-supplied statements inside the event insert transaction."""
+    """Runs caller-supplied statements inside the event insert transaction.
+
+    Also creates its tables safely when several processes start at once on a fresh database:
+    two concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide in PostgreSQL's
+    catalog (a unique violation) instead of one of them finding the table; once the other has
+    committed, trying again finds it.
+    """
+
+    def create_table(self) -> None:
+        for attempt in range(_CREATE_ATTEMPTS):
+            try:
+                super().create_table()
+                return
+            except PersistenceError:
+                if attempt == _CREATE_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
 
     def _insert_events(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent],
                        **kwargs: Any) -> None:
