@@ -44,7 +44,11 @@ def event_store_env(store: EventStoreConfig) -> dict[str, str]:
         "POSTGRES_DBNAME": store.postgres_dbname,
         "POSTGRES_USER": store.postgres_user,
         "POSTGRES_PASSWORD": store.postgres_password,
-        "POSTGRES_POOL_SIZE": str(store.postgres_pool_size),
+        # One connection open per application, up to postgres_pool_size under load: a shore
+        # process runs a dozen applications, and the library otherwise opens every pool's
+        # full size at start (and lets it overflow by 10).
+        "POSTGRES_POOL_SIZE": "1",
+        "POSTGRES_MAX_OVERFLOW": str(store.postgres_pool_size - 1),
         "POSTGRES_CONNECT_TIMEOUT": "5",
         # Every application's recorder creates its tables safely under concurrent starts.
         "APPLICATION_RECORDER_TOPIC": "tidesync.shore.apps:PostgresStatementsRecorder",

@@ -479,6 +479,8 @@ class PostgresDatabase:
             "POSTGRES_DBNAME": self.dbname, "POSTGRES_HOST": self.host,
             "POSTGRES_PORT": str(self.port), "POSTGRES_USER": self.user,
             "POSTGRES_PASSWORD": self.password,
+            # One connection per application until more are needed (at most five).
+            "POSTGRES_POOL_SIZE": "1", "POSTGRES_MAX_OVERFLOW": "4",
         }
 
     def drop(self) -> None:
