@@ -473,6 +473,25 @@ class ConflictsConfig:
 
 
 @dataclass(frozen=True)
+class ProjectionsConfig:
+    """The read side's views (`tidesync shore work`, `tidesync projections`): notifications
+    per batch (one transaction each), and how often inputs that are not event streams
+    (heartbeats, the inbox) are copied into their views (0: every round). The conflict
+    center's SLA is `conflicts.manual_sla_hours`."""
+
+    batch_size: int = 50
+    refresh_seconds: int = 5
+
+    def validate(self) -> list[str]:
+        problems = []
+        if not 1 <= self.batch_size <= 100_000:
+            problems.append("projections.batch_size: must be 1..100000")
+        if self.refresh_seconds < 0:
+            problems.append("projections.refresh_seconds: must be >= 0")
+        return problems
+
+
+@dataclass(frozen=True)
 class DownlinkConfig:
     """Shore to ship: the shore CDC consumer and the command API (§9.4, §12).
 
@@ -528,12 +547,14 @@ class Config:
     conflicts: ConflictsConfig = field(default_factory=ConflictsConfig)
     downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
     ship_target: ShipTargetConfig = field(default_factory=ShipTargetConfig)
+    projections: ProjectionsConfig = field(default_factory=ProjectionsConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
                 + self.capture.validate() + self.conflicts.validate()
-                + self.downlink.validate() + self.ship_target.validate())
+                + self.downlink.validate() + self.ship_target.validate()
+                + self.projections.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""

@@ -7,6 +7,7 @@ between the target commit and the finalize. Needs no service."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -25,12 +26,22 @@ from tests.integration.sqlite_support import (
     target_rows,
 )
 from tests.integration.test_apply_processor import Clock, drain, node
+from tests.integration.test_ingress_sqlite import sqlite_config
+from tidesync.bootstrap import event_store_env
+from tidesync.config import ProjectionsConfig, TargetConfig
 from tidesync.domain.apply_job import ApplyJob, ErrorClass, apply_job_id
 from tidesync.domain.backoff import Backoff
-from tidesync.domain.conflict_case import ConflictCase
-from tidesync.projections.sqlite_runner import SQLiteProjectionRunner, SQLiteReceiptsProjection
+from tidesync.domain.conflict_case import ConflictCase, record_key_digest, rule_for
+from tidesync.projections.operations import OperationsApplication
+from tidesync.projections.sqlite_runner import (
+    SQLiteProjectionRunner,
+    SQLiteReceiptsProjection,
+    SQLiteRecordHeadProjection,
+)
+from tidesync.projections.sqlite_views import rebuild_sqlite_view
 from tidesync.shore.jobs import ReplayRefused, replay, summarize
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.shore.worker import build_worker
 from tidesync.target.sqlite import SQLiteTargetApplier
 
 SHORE_NODE = "shore"
@@ -96,6 +107,79 @@ def test_events_apply_in_order_exactly_once_with_receipts(shore, target, applier
     assert [r[2] for r in got] == [e.source_position for e in events]
     status = receipts.status()
     assert status.position >= 1 and status.processed >= 1
+
+
+def test_record_head_holds_the_newest_applied_revision_of_each_record(shore, target, appliers):
+    ship = ShipLog(node(), "shipdb")
+    events = {"i1": ship.insert(1, "anchor", 3, "10.50"), "i2": ship.insert(2, "rope", 7, "2.25"),
+              "u1": ship.update(1, qty=4), "d2": ship.delete(2),
+              "i3": ship.insert(3, "buoy", 1, "99.99"), "u3": ship.update(3, qty=2)}
+    shore.receive(ship.node_id, list(events.values()))
+    drain(make_processor(shore, appliers, target, Clock()))
+
+    # Small batches: a record's newest result wins across batches too.
+    heads = SQLiteProjectionRunner(SQLiteRecordHeadProjection(), shore.apps.apply_jobs,
+                                   shore.connections, batch_size=1)
+    assert heads.run_until_idle() > 0
+    assert heads.run_until_idle() == 0  # exactly once: nothing left to project
+    query = ("SELECT last_event_id, key_digest, record_key, database, table_name, revision,"
+             " tombstone FROM record_head WHERE origin_node_id = ? ORDER BY last_event_id")
+    rows = shore.rows(query, (ship.node_id,))
+    by_event = {uuid.UUID(row[0]): row for row in rows}
+    expected = {"u1": 0, "d2": 1, "u3": 0}
+    assert set(by_event) == {events[name].event_id for name in expected}
+    for name, tombstone in expected.items():
+        event = events[name]
+        row = by_event[event.event_id]
+        assert row[1] == record_key_digest(rule_for(event), event)
+        assert row[2] == event.record.canonical()
+        assert (row[3], row[4]) == ("shipdb", "items")
+        assert row[5] == event.result_revision.text and row[6] == tombstone
+    status = heads.status()
+    assert status.behind == 0 and status.pending == 0 and status.processed >= 1
+
+    # Rebuilt in place from position 0, as an audited operator action: the same rows.
+    operations = OperationsApplication(env=event_store_env(shore.store))
+    try:
+        result = rebuild_sqlite_view("record_head", apps={
+            "apply_jobs": shore.apps.apply_jobs, "operations": operations},
+            connections=shore.connections, actor="alice", reason="check the twin")
+        action = operations.action(result.action_id)
+    finally:
+        operations.close()
+    assert result.rows == {"record_head": len(shore.rows("SELECT 1 FROM record_head"))}
+    assert result.positions == {"record_head": status.position}
+    assert shore.rows(query, (ship.node_id,)) == rows
+    assert (action.outcome, action.requested_by, action.reason) == (
+        "COMPLETED", "alice", "check the twin")
+
+
+def test_shore_work_on_sqlite_keeps_receipts_and_record_head(shore, target, appliers):
+    config = dataclasses.replace(
+        sqlite_config(shore.path), target=TargetConfig(node_id=SHORE_NODE,
+                                                       sqlite_path=str(target)),
+        projections=ProjectionsConfig(batch_size=2))
+    ship = ShipLog(node(), "shipdb")
+    shore.receive(ship.node_id, [ship.insert(k, f"part-{k}", k, "1.00") for k in range(1, 6)]
+                  + [ship.delete(5)])
+    applier = SQLiteTargetApplier(target, node_id=SHORE_NODE)
+    worker, close = build_worker(config, applier)
+    try:
+        assert [runner.tracking_name for runner in worker.projections] == [
+            "receipts", "record_head"]
+        assert all(runner.batch_size == 2 for runner in worker.projections)  # type: ignore[attr-defined]
+        for _ in range(10):
+            if worker.run_once() == 0:
+                break
+    finally:
+        close()
+    assert shore.rows("SELECT count(*) FROM receipt WHERE origin_node_id = ?",
+                      (ship.node_id,)) == [(6,)]
+    assert sorted(shore.rows("SELECT tombstone FROM record_head WHERE origin_node_id = ?",
+                             (ship.node_id,))) == [(0,), (0,), (0,), (0,), (1,)]
+    tracked = dict(shore.rows("SELECT name, position FROM projection_tracking"))
+    head = shore.apps.apply_jobs.recorder.max_notification_id()
+    assert tracked == {"receipts": head, "record_head": head}
 
 
 def test_a_conflict_is_captured_once_and_does_not_hold_other_keys(shore, target, appliers):

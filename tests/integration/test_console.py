@@ -7,14 +7,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import secrets
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.console_support import ConsoleWorld, config_for, console_world
-from tests.integration.shore_support import receive
+from tests.integration.shore_support import ShipLog, receive
 from tidesync.cli import main
 from tidesync.domain.change_event import (
     ChangeEvent,
@@ -416,6 +419,121 @@ def test_conflicts_filter_by_node_rule_state_and_age_and_page(world: ConsoleWorl
     assert error_codes(body) == ["BAD_USER_INPUT"]
     body = world.query(document, {"after": "not-a-cursor"})
     assert error_codes(body) == ["BAD_USER_INPUT"]
+
+
+LIFECYCLE = """
+query($id: ID!) {
+  conflict(id: $id) {
+    state decidable cancellable
+    lease { owner policy until takenOverFrom }
+    manual { reasonCode slaDue }
+    dispatch { shoreApplied commands { nodeId commandId } }
+    acks { nodeId commandId result reasonCode }
+    expiry { reasonCode actor reason }
+  }
+}"""
+
+CENTER_ROW = """query($node: String!) {
+  conflicts(filter: {nodeId: $node}, first: 200) {
+    items { conflictId state openedAt slaDueAt summary } } }"""
+
+
+@contextmanager
+def another_ship(world: ConsoleWorld) -> Iterator[ShipLog]:
+    """Conflicts of a ship of their own: other tests count the shared ship's by state."""
+    shared = world.ship
+    world.ship = ShipLog(f"ship-{secrets.token_hex(3)}", "shipdb")
+    try:
+        yield world.ship
+    finally:
+        world.ship = shared
+
+
+def center_row(world: ConsoleWorld, node_id: str, conflict_id: str) -> dict[str, Any]:
+    world.run_views()
+    items = data(world.query(CENTER_ROW, {"node": node_id}, role="viewer"))["conflicts"]["items"]
+    return {item["conflictId"]: item for item in items}[conflict_id]
+
+
+def test_the_console_shows_the_arbitration_lifecycle_to_every_role(world: ConsoleWorld):
+    """A case driven with the arbiter's domain methods: hand-over to a person with its SLA,
+    the decision through the API, dispatch to two nodes, their acks, acknowledged."""
+    with another_ship(world) as ship:
+        conflict_id = world.make_conflict()
+    conflicts = world.apps.conflicts
+    case = conflicts.get_case(uuid.UUID(conflict_id))
+    now = case.created_on
+    case.start_auto_decide("worker-1", "LAST_WRITER_WINS", now.isoformat(),
+                           (now + dt.timedelta(minutes=1)).isoformat(), "system:arbiter",
+                           "policy LAST_WRITER_WINS")
+    conflicts.save(case)
+    for role in ROLES:
+        detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role=role))["conflict"]
+        assert detail["state"] == "AUTO_DECIDING"
+        assert detail["lease"] == {"owner": "worker-1", "policy": "LAST_WRITER_WINS",
+                                   "until": (now + dt.timedelta(minutes=1)).isoformat(),
+                                   "takenOverFrom": None}
+        assert detail["manual"] is None and detail["dispatch"] is None
+        assert detail["acks"] == [] and detail["expiry"] is None
+
+    due = now + dt.timedelta(hours=3)
+    case.require_manual("TIME_UNREADABLE", due.isoformat(), "system:arbiter",
+                        "a business time is missing")
+    conflicts.save(case)
+    detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role="viewer"))["conflict"]
+    assert detail["state"] == "PENDING_MANUAL" and detail["decidable"] is True
+    assert detail["lease"] is None
+    assert detail["manual"]["reasonCode"] == "TIME_UNREADABLE"
+    assert dt.datetime.fromisoformat(detail["manual"]["slaDue"]) == due
+    row = center_row(world, ship.node_id, conflict_id)
+    assert row["state"] == "PENDING_MANUAL"
+    assert dt.datetime.fromisoformat(row["slaDueAt"]) == due
+    assert row["summary"]["manual"] == {"reason_code": "TIME_UNREADABLE",
+                                        "sla_due": due.isoformat()}
+
+    assert decide(world, conflict_id)["__typename"] == "ConflictDecided"
+    case = conflicts.get_case(uuid.UUID(conflict_id))
+    commands = [{"node_id": ship.node_id, "command_id": str(uuid.uuid4())},
+                {"node_id": "ship-beta", "command_id": str(uuid.uuid4())}]
+    case.dispatch(commands, True, "system:arbiter", "decision applied on shore and queued")
+    case.record_ack(ship.node_id, commands[0]["command_id"], "COMMAND_APPLIED", "",
+                    f"node:{ship.node_id}", "applied")
+    conflicts.save(case)
+    detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role="viewer"))["conflict"]
+    assert detail["state"] == "DISPATCHED" and detail["cancellable"] is False
+    assert detail["dispatch"] == {"shoreApplied": True, "commands": [
+        {"nodeId": c["node_id"], "commandId": c["command_id"]} for c in commands]}
+    assert detail["acks"] == [{"nodeId": ship.node_id, "commandId": commands[0]["command_id"],
+                               "result": "COMMAND_APPLIED", "reasonCode": ""}]
+    row = center_row(world, ship.node_id, conflict_id)
+    assert row["state"] == "DISPATCHED"
+    assert (dt.datetime.fromisoformat(row["slaDueAt"])
+            - dt.datetime.fromisoformat(row["openedAt"])) == dt.timedelta(hours=24)
+
+    assert case.record_ack("ship-beta", commands[1]["command_id"], "COMMAND_ALREADY_APPLIED",
+                           "", "node:ship-beta", "already there")
+    conflicts.save(case)
+    detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role="viewer"))["conflict"]
+    assert detail["state"] == "ACKNOWLEDGED"
+    assert {ack["nodeId"]: ack["result"] for ack in detail["acks"]} == {
+        ship.node_id: "COMMAND_APPLIED", "ship-beta": "COMMAND_ALREADY_APPLIED"}
+    assert [ack["nodeId"] for ack in detail["acks"]] == sorted([ship.node_id, "ship-beta"])
+    assert center_row(world, ship.node_id, conflict_id)["state"] == "ACKNOWLEDGED"
+
+
+def test_the_console_shows_why_a_case_expired(world: ConsoleWorld):
+    with another_ship(world) as ship:
+        conflict_id = world.make_conflict()
+    case = world.apps.conflicts.get_case(uuid.UUID(conflict_id))
+    case.expire("EVIDENCE_STALE", "system:arbiter", "the shore row changed before the decision")
+    world.apps.conflicts.save(case)
+    detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role="viewer"))["conflict"]
+    assert detail["state"] == "EXPIRED" and detail["decidable"] is False
+    assert detail["expiry"] == {"reasonCode": "EVIDENCE_STALE", "actor": "system:arbiter",
+                                "reason": "the shore row changed before the decision"}
+    row = center_row(world, ship.node_id, conflict_id)
+    assert row["state"] == "EXPIRED" and row["summary"]["expiry"]["reason_code"] == (
+        "EVIDENCE_STALE")
 
 
 # ----------------------------------------------------------------------------- read your writes

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import uuid
 
 import pytest
 
 from tests.integration.projection_support import read_side, run_scenario, shore_apps
 from tests.integration.shore_support import migrated_pool, pg_rows
-from tidesync.domain.conflict_case import record_key_digest, rule_for
+from tidesync.domain.conflict_case import DecisionSide, record_key_digest, rule_for
 from tidesync.domain.node import node_uuid
 from tidesync.projections.history import state_at
 from tidesync.projections.record_head import key_digest
@@ -87,6 +88,93 @@ def test_conflict_center_summarises_the_case_without_values(scenario):
     text = json.dumps(summary)
     for value in ("rope", "2.25", '"100"', '"8"'):
         assert value not in text
+
+
+def conflict_row(pool, conflict_id):
+    rows = pg_rows(pool, "SELECT state, opened_at, sla_due_at, summary, version"
+                         " FROM conflict_center WHERE conflict_id = %s", (conflict_id,))
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_conflict_center_follows_the_arbitration_lifecycle(scenario):
+    """The case is driven with the domain methods the arbiter uses; the view shows each step,
+    and a case waiting for a person is due when its hand-over said, not opening + SLA."""
+    pool, read, sent = scenario
+    apps = read.apps
+    conflicts = apps["conflict_cases"]
+    case = conflicts.get_case(sent.conflict_id)
+    opened = case.created_on
+    now = opened + dt.timedelta(minutes=5)
+    case.start_auto_decide("w1", "SHORE_WINS", now.isoformat(),
+                           (now + dt.timedelta(minutes=1)).isoformat(), "system:arbiter",
+                           "policy SHORE_WINS")
+    conflicts.save(case)
+    read.catch_up(pool)
+    state, _, due, summary, _ = conflict_row(pool, sent.conflict_id)
+    assert state == "AUTO_DECIDING" and due - opened == dt.timedelta(hours=24)
+
+    manual_due = opened + dt.timedelta(hours=2, minutes=30)
+    case.require_manual("NO_TIME_COLUMN", manual_due.isoformat(), "system:arbiter",
+                        "last writer wins cannot decide")
+    conflicts.save(case)
+    read.catch_up(pool)
+    state, _, due, summary, _ = conflict_row(pool, sent.conflict_id)
+    assert state == "PENDING_MANUAL" and due == manual_due
+    assert summary["manual"] == {"reason_code": "NO_TIME_COLUMN",
+                                 "sla_due": manual_due.isoformat()}
+    assert summary["dispatch"] is None and summary["acks"] == {} and summary["expiry"] is None
+
+    latest = case.latest_evidence
+    case.decide(str(uuid.uuid4()), DecisionSide.SHORE, None,
+                str(latest["current_revision"]), str(uuid.uuid4()), "user:approver",
+                "shore data is authoritative")
+    commands = [{"node_id": sent.node_id, "command_id": str(uuid.uuid4())},
+                {"node_id": "ship-other", "command_id": str(uuid.uuid4())}]
+    case.dispatch(commands, True, "system:arbiter", "decision sent")
+    assert not case.record_ack(sent.node_id, commands[0]["command_id"], "COMMAND_APPLIED", "",
+                               f"node:{sent.node_id}", "applied")
+    conflicts.save(case)
+    read.catch_up(pool)
+    state, _, due, summary, _ = conflict_row(pool, sent.conflict_id)
+    assert state == "DISPATCHED" and due - opened == dt.timedelta(hours=24)
+    assert summary["dispatch"] == {"commands": commands, "shore_applied": True}
+    assert summary["acks"] == {sent.node_id: {"command_id": commands[0]["command_id"],
+                                              "result": "COMMAND_APPLIED", "reason_code": ""}}
+    assert summary["decision"]["side"] == "SHORE"
+
+    case.expire("DECISION_STALE", "node:ship-other", "the ship's row moved on")
+    conflicts.save(case)
+    read.catch_up(pool)
+    state, _, _, summary, version = conflict_row(pool, sent.conflict_id)
+    assert state == "EXPIRED" and version == case.version
+    assert summary["expiry"] == {"reason_code": "DECISION_STALE", "actor": "node:ship-other",
+                                 "reason": "the ship's row moved on"}
+    text = json.dumps(summary)
+    for value in ("rope", "2.25", '"100"', '"8"'):
+        assert value not in text
+
+
+def test_an_acknowledged_case_is_due_at_its_opening_plus_the_sla_again(scenario):
+    pool, read, sent = scenario
+    conflicts = read.apps["conflict_cases"]
+    case = conflicts.get_case(sent.conflict_id)
+    case.require_manual("POLICY_MANUAL", (case.created_on + dt.timedelta(hours=1)).isoformat(),
+                        "system:arbiter", "policy MANUAL")
+    latest = case.latest_evidence
+    case.decide(str(uuid.uuid4()), DecisionSide.SHIP, None, str(latest["current_revision"]),
+                str(uuid.uuid4()), "user:approver", "the ship knows best")
+    command_id = str(uuid.uuid4())
+    case.dispatch([{"node_id": sent.node_id, "command_id": command_id}], True,
+                  "system:arbiter", "decision sent")
+    assert case.record_ack(sent.node_id, command_id, "COMMAND_ALREADY_APPLIED", "",
+                           f"node:{sent.node_id}", "already there")
+    conflicts.save(case)
+    read.catch_up(pool)
+    state, opened, due, summary, _ = conflict_row(pool, sent.conflict_id)
+    assert state == "ACKNOWLEDGED" and summary["manual"]["reason_code"] == "POLICY_MANUAL"
+    assert due - opened == dt.timedelta(hours=24)
+    assert summary["acks"][sent.node_id]["result"] == "COMMAND_ALREADY_APPLIED"
 
 
 def test_node_overview_shows_status_and_the_reported_heartbeat(scenario):

@@ -8,17 +8,23 @@ import enum
 import uuid
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidesync.config import Config, ConfigError, load_config
 from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
 from tidesync.domain.change_event import Operation, RecordKey, SourceCoordinates, event_id_for
-from tidesync.domain.conflict_case import rule_for
+from tidesync.domain.conflict_case import ConflictCase, rule_for
 from tidesync.projections.backlog import wire_facts
 from tidesync.projections.catalogue import default_catalogue, render_credentials, render_results
-from tidesync.projections.conflict_center import evidence_item_summary
+from tidesync.projections.conflict_center import (
+    ConflictCenterProjection,
+    evidence_item_summary,
+    lifecycle_summary,
+)
 from tidesync.projections.history import FieldChange, _diff
 from tidesync.projections.operations import OperatorAction, OperatorActionError
 from tidesync.projections.record_head import RecordHeadProjection, key_digest, record_location
@@ -106,18 +112,18 @@ def test_record_location_names_the_database_and_table_of_any_key(database, table
     record = RecordKey.of(database, table, {"id": key})
     projection = RecordHeadProjection()
     assert record_location(record.canonical()) == (database, table)
-    assert projection._location(record.canonical()) == (database, table)
+    assert projection.location(record.canonical()) == (database, table)
     # A second key of the same table comes from the cache, and still right.
     other = RecordKey.of(database, table, {"id": f"{key}x"}).canonical()
-    assert projection._location(other) == (database, table)
+    assert projection.location(other) == (database, table)
 
 
 def test_a_table_name_that_looks_like_the_key_boundary_is_not_cached_wrongly():
     projection = RecordHeadProjection()
     first = RecordKey.of("db", 'a]]][["x', {"id": 1}).canonical()
     second = RecordKey.of("db", 'a]]][["y', {"id": 1}).canonical()
-    assert projection._location(first) == ("db", 'a]]][["x')
-    assert projection._location(second) == ("db", 'a]]][["y')
+    assert projection.location(first) == ("db", 'a]]][["x')
+    assert projection.location(second) == ("db", 'a]]][["y')
 
 
 def test_the_backlog_reads_the_rule_size_and_times_from_the_wire_as_the_shore_names_them():
@@ -169,11 +175,54 @@ def test_catalogue_names_kinds_of_unregistered_aggregates_after_their_class():
         "receipts", "record_head", "conflict_center", "node_overview", "backlog", "audit"}
 
 
-def test_settings_come_from_the_environment():
-    settings = ViewSettings.from_env({"TIDESYNC_CONFLICT_SLA_HOURS": "4",
-                                      "TIDESYNC_VIEW_REFRESH_SECONDS": "1.5",
-                                      "TIDESYNC_VIEW_BATCH_SIZE": "10"})
-    assert settings == ViewSettings(dt.timedelta(hours=4), 1.5, 10)
+def test_settings_come_from_the_one_configuration(tmp_path):
+    assert ViewSettings.from_config(Config()) == ViewSettings()
+    path = tmp_path / "tidesync.toml"
+    path.write_text("[conflicts]\nmanual_sla_hours = 4\n[projections]\nrefresh_seconds = 2\n")
+    config = load_config(path, {"TIDESYNC_PROJECTIONS__BATCH_SIZE": "10",
+                                # The old variables are not settings any more: ignored.
+                                "TIDESYNC_VIEW_BATCH_SIZE": "99"})
+    settings = ViewSettings.from_config(config)
+    assert settings == ViewSettings(dt.timedelta(hours=4), 2.0, 10)
+    assert default_catalogue(settings).settings is settings
+
+
+@pytest.mark.parametrize(("variable", "value", "problem"), [
+    ("TIDESYNC_PROJECTIONS__BATCH_SIZE", "0", "projections.batch_size: must be 1..100000"),
+    ("TIDESYNC_PROJECTIONS__REFRESH_SECONDS", "-1", "projections.refresh_seconds: must be >= 0"),
+    ("TIDESYNC_PROJECTIONS__REFRESH_SECONDS", "1.5", "projections.refresh_seconds: expected an"
+                                                      " integer"),
+    ("TIDESYNC_PROJECTIONS__LAG", "1", "projections.lag: unknown setting"),
+])
+def test_projection_settings_are_checked(variable, value, problem):
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, {variable: value})
+    assert any(p.startswith(problem) for p in raised.value.problems), raised.value.problems
+
+
+def test_the_conflict_center_sla_is_the_hand_over_due_time_while_a_person_decides():
+    """A ConflictCase in memory (no store): its due time as the conflict center writes it."""
+    case = ConflictCase(active_key="k", rule_id="table:db.t", rule_version=None,
+                        key_digest="d", database="db", table="t",
+                        evidence={"event_id": "e1", "current_revision": None},
+                        actor="system:test", reason="test")
+    projection = ConflictCenterProjection(SimpleNamespace(repository=None),  # type: ignore[arg-type]
+                                          sla=dt.timedelta(hours=6))
+    opened = case.created_on
+    assert projection.sla_due_at(case) == opened + dt.timedelta(hours=6)
+    due = opened + dt.timedelta(minutes=90)
+    case.require_manual("POLICY_MANUAL", due.isoformat(), "system:arbiter", "policy MANUAL")
+    assert projection.sla_due_at(case) == due
+    case.manual = {"reason_code": "POLICY_MANUAL", "sla_due": "2026-12-01T10:00:00"}
+    assert projection.sla_due_at(case) == dt.datetime(2026, 12, 1, 10, tzinfo=dt.UTC)
+    case.manual = {"reason_code": "POLICY_MANUAL", "sla_due": "not a time"}
+    assert projection.sla_due_at(case) == opened + dt.timedelta(hours=6)
+    case.expire("EVIDENCE_STALE", "system:arbiter", "the row moved on")
+    assert projection.sla_due_at(case) == opened + dt.timedelta(hours=6)
+    summary = lifecycle_summary(case)
+    assert summary["expiry"] == {"reason_code": "EVIDENCE_STALE", "actor": "system:arbiter",
+                                 "reason": "the row moved on"}
+    assert summary["dispatch"] is None and summary["acks"] == {}
 
 
 def test_an_operator_action_needs_an_actor_and_a_reason():

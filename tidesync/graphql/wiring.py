@@ -7,6 +7,8 @@ from tidesync.bootstrap import event_store_env, postgres_conninfo
 from tidesync.config import Config, EventStoreKind
 from tidesync.graphql.console import Console, ConsoleStores
 from tidesync.ingress.master_key import SecretBox, load_master_key
+from tidesync.projections.catalogue import default_catalogue
+from tidesync.projections.registry import ViewSettings
 from tidesync.target.contract import TargetApplier
 
 
@@ -29,4 +31,5 @@ def build_console(config: Config) -> Console | None:
         conninfo=postgres_conninfo(config.event_store), open_target=open_target,
         open_box=open_box, pool_size=config.event_store.postgres_pool_size,
     )
-    return Console(config.console, stores)
+    return Console(config.console, stores,
+                   catalogue=default_catalogue(ViewSettings.from_config(config)))

@@ -44,9 +44,9 @@ APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS = (
 
 
 def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
-    """Everything tidesync's read side knows, with `settings` (default: from the environment,
-    see ViewSettings.from_env)."""
-    catalogue = Catalogue(settings or ViewSettings.from_env())
+    """Everything tidesync's read side knows, with `settings` (processes pass
+    `ViewSettings.from_config(config)`; default: the defaults of the configuration)."""
+    catalogue = Catalogue(settings or ViewSettings())
     for spec in _applications():
         catalogue.add_application(spec)
     for kind in _kinds():

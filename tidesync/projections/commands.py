@@ -14,14 +14,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
-from tidesync.config import Config, load_config
+from tidesync.config import Config, EventStoreKind, load_config
 
 if TYPE_CHECKING:
     from eventsourcing.application import Application
 
     from tidesync.projections.engine import Pool
-    from tidesync.projections.rebuild import RebuildProgress
+    from tidesync.projections.rebuild import RebuildProgress, RebuildResult
     from tidesync.projections.registry import Catalogue, OpenApplications
+    from tidesync.projections.views import ViewStatus
+    from tidesync.sqlite_store import SQLiteConnections
 
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -78,13 +80,23 @@ def _fail(message: str, code: int = 1) -> int:
     return code
 
 
+def _on_sqlite(config: Config) -> bool:
+    return config.event_store.kind is EventStoreKind.SQLITE
+
+
+def _catalogue(config: Config) -> Catalogue:
+    from tidesync.projections.catalogue import default_catalogue
+    from tidesync.projections.registry import ViewSettings
+
+    return default_catalogue(ViewSettings.from_config(config))
+
+
 @contextmanager
 def _read_side(config: Config, *, pool_needed: bool = True,
                ) -> Iterator[tuple[Catalogue, OpenApplications, Pool | None]]:
     from tidesync.bootstrap import event_store_env
-    from tidesync.projections.catalogue import default_catalogue
 
-    catalogue = default_catalogue()
+    catalogue = _catalogue(config)
     pool = None
     if pool_needed:
         from tidesync.shore.worker import open_pool
@@ -101,23 +113,42 @@ def _read_side(config: Config, *, pool_needed: bool = True,
             pool.close()
 
 
+@contextmanager
+def _sqlite_views(config: Config) -> Iterator[SQLiteConnections]:
+    """The SQLite event store file's tables (migrated), for the views it keeps."""
+    from tidesync.shore.worker import open_sqlite
+
+    connections = open_sqlite(config)
+    try:
+        yield connections
+    finally:
+        connections.close()
+
+
 # ----------------------------------------------------------------------------- projections
 
 
 def _run_list(args: argparse.Namespace) -> int:
     from tidesync.projections.catalogue import default_catalogue
+    from tidesync.projections.sqlite_views import SQLITE_VIEW_NAMES
     from tidesync.projections.views import list_views
 
     views = list_views(default_catalogue())
+
+    def stores(name: str) -> list[str]:
+        return ["postgres", "sqlite"] if name in SQLITE_VIEW_NAMES else ["postgres"]
+
     if args.json:
         print(json.dumps([{"name": v.name, "description": v.description,
-                           "tables": list(v.tables), "applications": list(v.applications)}
+                           "tables": list(v.tables), "applications": list(v.applications),
+                           "event_stores": stores(v.name)}
                           for v in views], indent=2))
         return 0
     for view in views:
         print(f"{view.name:<16} {view.description}")
         print(f"{'':<16} tables: {', '.join(view.tables)};"
-              f" follows: {', '.join(view.applications)}")
+              f" follows: {', '.join(view.applications)};"
+              f" event stores: {', '.join(stores(view.name))}")
     return 0
 
 
@@ -126,9 +157,13 @@ def _run_status(args: argparse.Namespace) -> int:
     from tidesync.projections.views import view_status
 
     try:
-        with _read_side(_config(args)) as (catalogue, apps, pool):
-            assert pool is not None
-            statuses = view_status(apps, pool, args.name, catalogue)
+        config = _config(args)
+        if _on_sqlite(config):
+            statuses = _sqlite_status(config, args.name)
+        else:
+            with _read_side(config) as (catalogue, apps, pool):
+                assert pool is not None
+                statuses = view_status(apps, pool, args.name, catalogue)
     except NotImplementedError as error:
         return _fail(str(error), 2)
     except RegistryError as error:
@@ -146,6 +181,19 @@ def _run_status(args: argparse.Namespace) -> int:
         for feed in status.rebuilding:
             print(_feed_line(status.name, feed, " (rebuilding)"))
     return 0
+
+
+def _sqlite_status(config: Config, name: str | None) -> list[ViewStatus]:
+    """The views the SQLite event store keeps; a PostgreSQL-only view fails with a message
+    naming it (RegistryError POSTGRES_ONLY)."""
+    from tidesync.projections.sqlite_views import sqlite_view, sqlite_view_status
+
+    catalogue = _catalogue(config)
+    if name is not None:
+        sqlite_view(name, catalogue)  # Fail before opening anything.
+    with _read_side(config, pool_needed=False) as (_, apps, _pool), \
+            _sqlite_views(config) as connections:
+        return sqlite_view_status(apps, connections, name, catalogue)
 
 
 def _feed_json(feed: Any) -> dict[str, object]:
@@ -179,12 +227,16 @@ def _run_rebuild(args: argparse.Namespace) -> int:
 
     progress = ProgressPrinter(sys.stderr)
     try:
-        with _read_side(_config(args)) as (catalogue, apps, pool):
-            assert pool is not None
-            result = rebuild_view(args.name, apps=apps, pool=pool,
-                                  actor=args.actor or getpass.getuser(), reason=args.reason,
-                                  catalogue=catalogue, batch_size=args.batch_size,
-                                  on_progress=progress)
+        config = _config(args)
+        if _on_sqlite(config):
+            result = _sqlite_rebuild(config, args, progress)
+        else:
+            with _read_side(config) as (catalogue, apps, pool):
+                assert pool is not None
+                result = rebuild_view(args.name, apps=apps, pool=pool,
+                                      actor=args.actor or getpass.getuser(),
+                                      reason=args.reason, catalogue=catalogue,
+                                      batch_size=args.batch_size, on_progress=progress)
     except NotImplementedError as error:
         return _fail(str(error), 2)
     except (RegistryError, RebuildError) as error:
@@ -197,6 +249,22 @@ def _run_rebuild(args: argparse.Namespace) -> int:
     print(f"rebuilt {result.view}: {result.processed:,} notifications in"
           f" {result.seconds:.1f}s; rows {rows}; action {result.action_id}")
     return 0
+
+
+def _sqlite_rebuild(config: Config, args: argparse.Namespace,
+                    progress: ProgressPrinter) -> RebuildResult:
+    """Rebuild a view the SQLite event store keeps, in place (see projections.sqlite_views)."""
+    from tidesync.projections.sqlite_views import rebuild_sqlite_view, sqlite_view
+
+    catalogue = _catalogue(config)
+    sqlite_view(args.name, catalogue)  # Fail before opening anything.
+    actor = args.actor or getpass.getuser()
+    with _read_side(config, pool_needed=False) as (_, apps, _pool), \
+            _sqlite_views(config) as connections:
+        return rebuild_sqlite_view(args.name, apps=apps, connections=connections, actor=actor,
+                                   reason=args.reason, catalogue=catalogue,
+                                   batch_size=args.batch_size or catalogue.settings.batch_size,
+                                   on_progress=progress)
 
 
 class ProgressPrinter:

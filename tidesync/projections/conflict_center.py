@@ -85,6 +85,7 @@ class ConflictCenterProjection:
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (conflict_id) DO UPDATE SET state = EXCLUDED.state,"
             " updated_at = EXCLUDED.updated_at, evidence_count = EXCLUDED.evidence_count,"
+            " sla_due_at = EXCLUDED.sla_due_at,"
             " node_ids = EXCLUDED.node_ids, summary = EXCLUDED.summary,"
             " version = EXCLUDED.version, rule_version = EXCLUDED.rule_version"
             f" WHERE {self.table}.version < EXCLUDED.version",
@@ -99,7 +100,44 @@ class ConflictCenterProjection:
             "evidence": evidence_summary(evidence),
             "decision": plain(decision_summary(getattr(case, "decision", None))),
             "cancellation": plain(getattr(case, "cancellation", None)),
+            **lifecycle_summary(case),
         }
         return (case.id, case.rule_id, case.key_digest, case.database, case.table,
                 plain(case.state), case.created_on, case.modified_on, len(evidence), nodes,
-                case.created_on + self.sla, Jsonb(summary), case.version, case.rule_version)
+                self.sla_due_at(case), Jsonb(summary), case.version, case.rule_version)
+
+    def sla_due_at(self, case: Any) -> dt.datetime:
+        """When waiting longer breaches the SLA: the due time a case waiting for a person
+        carries (set when it was handed over), else its opening plus the configured SLA."""
+        manual = getattr(case, "manual", None)
+        if plain(case.state) == "PENDING_MANUAL" and isinstance(manual, Mapping):
+            due = _moment(manual.get("sla_due"))
+            if due is not None:
+                return due
+        opened: dt.datetime = case.created_on
+        return opened + self.sla
+
+
+def lifecycle_summary(case: Any) -> dict[str, object]:
+    """The arbitration facts of a case (§11.3), none of them business values: why it waits for
+    a person and until when, the commands its decision went out as, each node's answer, and
+    why it expired."""
+    dispatch = getattr(case, "dispatch_info", None) or None
+    return {
+        "manual": plain(getattr(case, "manual", None)),
+        "dispatch": plain(dispatch),
+        "acks": plain(getattr(case, "acks", None) or {}),
+        "expiry": plain(getattr(case, "expiry", None)),
+    }
+
+
+def _moment(raw: object) -> dt.datetime | None:
+    """An ISO 8601 time as an aware UTC datetime (a time without offset is UTC); None when
+    it is missing or not a time."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment

@@ -46,7 +46,14 @@ class RecordHeadProjection:
         self._locations: dict[str, tuple[str, str]] = {}
 
     def process(self, cursor: Cursor, events: Events) -> None:
-        # The newest result of each record wins; later in the batch is newer.
+        rows = self.head_rows(events)
+        if rows:
+            self._upsert(cursor, rows)
+
+    def head_rows(self, events: Events) -> list[tuple[Any, ...]]:
+        """The newest APPLIED result of each record in these events (later in the batch is
+        newer): rule id, key digest, record key, revision, origin, event id, tombstone,
+        finalized at, notification id. Also used by the SQLite writer."""
         newest: dict[tuple[str, str], tuple[Any, ...]] = {}
         for notification_id, event in events:
             origin = event.origin_node_id  # type: ignore[attr-defined]
@@ -59,11 +66,10 @@ class RecordHeadProjection:
                 newest[(rule_id, digest)] = (
                     rule_id, digest, record_key, row[_REVISION], origin, row[_EVENT_ID],
                     row[_OPERATION] == "DELETE", finalized_at, notification_id)
-        if newest:
-            self._upsert(cursor, list(newest.values()))
+        return list(newest.values())
 
     def _upsert(self, cursor: Cursor, rows: list[tuple[Any, ...]]) -> None:
-        locations = [self._location(row[2]) for row in rows]
+        locations = [self.location(row[2]) for row in rows]
         columns = list(zip(*rows, strict=True))
         cursor.execute(
             f"INSERT INTO {self.table} AS h (rule_id, key_digest, record_key, database,"  # noqa: S608
@@ -88,7 +94,8 @@ class RecordHeadProjection:
              list(columns[7]), list(columns[8])),
         )
 
-    def _location(self, record_key: str) -> tuple[str, str]:
+    def location(self, record_key: str) -> tuple[str, str]:
+        """Database and table of a record key (record_location, cached per location)."""
         # The key text starts with its location; many records share one, so parse each once.
         # A prefix is cached only when it is exactly the location array, which makes any key
         # starting with the same text name the same location.

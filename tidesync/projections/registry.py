@@ -7,7 +7,6 @@ they hold (for the audit view and history), and the views with the projections t
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from eventsourcing.application import Application
 
+from tidesync.config import Config
 from tidesync.projections.engine import (
     Pool,
     PostgresProjectionRunner,
@@ -73,27 +73,18 @@ class AggregateKind:
 
 @dataclass(frozen=True)
 class ViewSettings:
-    """Settings of the views: the conflict SLA (from opening), how often non-event inputs
-    are copied, and notifications per batch."""
+    """Settings of the views: the conflict SLA (from opening, unless the case carries its own
+    due time), how often non-event inputs are copied, and notifications per batch."""
 
     conflict_sla: dt.timedelta = dt.timedelta(hours=24)
     refresh_seconds: float = 5.0
     batch_size: int = 50
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ViewSettings:
-        """Defaults, overridden by TIDESYNC_CONFLICT_SLA_HOURS, TIDESYNC_VIEW_REFRESH_SECONDS
-        and TIDESYNC_VIEW_BATCH_SIZE."""
-        env = os.environ if env is None else env
-        settings = cls()
-        if hours := env.get("TIDESYNC_CONFLICT_SLA_HOURS"):
-            settings = cls(dt.timedelta(hours=float(hours)), settings.refresh_seconds,
-                           settings.batch_size)
-        if seconds := env.get("TIDESYNC_VIEW_REFRESH_SECONDS"):
-            settings = cls(settings.conflict_sla, float(seconds), settings.batch_size)
-        if size := env.get("TIDESYNC_VIEW_BATCH_SIZE"):
-            settings = cls(settings.conflict_sla, settings.refresh_seconds, int(size))
-        return settings
+    def from_config(cls, config: Config) -> ViewSettings:
+        """From the one configuration: `conflicts.manual_sla_hours` and `[projections]`."""
+        return cls(dt.timedelta(hours=config.conflicts.manual_sla_hours),
+                   float(config.projections.refresh_seconds), config.projections.batch_size)
 
 
 @dataclass(frozen=True)

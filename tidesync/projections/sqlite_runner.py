@@ -1,5 +1,6 @@
 """The projection engine on the embedded SQLite store: the twin of PostgresProjectionRunner, and
-the SQLite writer of the receipts view (what ships pull; the console's views need PostgreSQL).
+the SQLite writers of the receipts view (what ships pull) and the record_head view (the
+console's other views need PostgreSQL; `sqlite_views` lists what SQLite keeps).
 
 One `BEGIN IMMEDIATE` transaction per batch writes the view rows and the tracking position, so
 a batch is projected exactly once; SQLite's single writer stands in for the advisory lock.
@@ -25,6 +26,7 @@ from tidesync.projections.engine import (
     Tracking,
 )
 from tidesync.projections.receipts import ReceiptsProjection, receipt_columns
+from tidesync.projections.record_head import RecordHeadProjection
 from tidesync.sqlite_store import SQLiteConnections, moment_from_text, moment_text, uuid_text
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,26 @@ class SQLiteProjectionRunner:
             self._track(cursor, new_position, position, len(events), started)
         return len(events)
 
+    def catch_up_in(self, cursor: sqlite3.Cursor,
+                    on_batch: Callable[[int], None] | None = None) -> int:
+        """Process everything there is inside the caller's write transaction (which holds
+        SQLite's one write lock, so no other runner moves the position meanwhile); returns how
+        many notifications it consumed. `on_batch` gets the running total after each batch."""
+        total = 0
+        while True:
+            started = time.perf_counter()
+            position = _read_tracking(cursor, self.tracking_name).position
+            batch = self._next_batch(position)
+            if batch is None:
+                return total
+            events, new_position = batch
+            if events:
+                self.projection.process(cursor, events)
+            self._track(cursor, new_position, position, len(events), started)
+            total += len(events)
+            if on_batch is not None:
+                on_batch(total)
+
     def _next_batch(self, position: int) -> tuple[Events, int] | None:
         """The events after `position` and the position to record after them, or None.
 
@@ -141,7 +163,25 @@ class SQLiteProjectionRunner:
         tracking = self.tracking()
         head = self.recorder.max_notification_id() or 0
         return ProjectionStatus(self.tracking_name, tracking.position, head, tracking.rate,
-                                None, tracking.processed, tracking.updated_at, self.app.name)
+                                self.pending(tracking.position), tracking.processed,
+                                tracking.updated_at, self.app.name)
+
+    def pending(self, position: int) -> int | None:
+        """How many notifications after `position` carry one of the projection's topics (all
+        when it has none); None when the events are not in this file."""
+        table = getattr(self.recorder, "events_table_name", None)
+        if not isinstance(table, str) or not table.isidentifier():
+            return None
+        topics = list(self.projection.topics)
+        where = f" AND topic IN ({', '.join('?' * len(topics))})" if topics else ""
+        try:
+            with self.connections.connection() as conn:
+                row = conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE rowid > ?{where}",  # noqa: S608
+                    (position, *topics)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return int(row[0]) if row else 0
 
 
 def _read_tracking(cursor: sqlite3.Cursor, name: str) -> Tracking:
@@ -178,4 +218,38 @@ class SQLiteReceiptsProjection:
               partition, position)
              for number, (origin, event_id, result, reason, conflict, revision, at, topic,
                           partition, position) in enumerate(zip(*columns, strict=True), 1)],
+        )
+
+
+class SQLiteRecordHeadProjection:
+    """The record_head view written with sqlite3: the same rows as RecordHeadProjection, with
+    ids and times stored as text and the tombstone as 0/1."""
+
+    name = RecordHeadProjection.name
+    topics = RecordHeadProjection.topics
+
+    def __init__(self, table: str = "record_head") -> None:
+        self.table = table
+        self._heads = RecordHeadProjection(table)
+
+    def process(self, cursor: sqlite3.Cursor, events: Events) -> None:
+        rows = self._heads.head_rows(events)
+        if not rows:
+            return
+        cursor.executemany(
+            f"INSERT INTO {self.table} AS h (rule_id, key_digest, record_key, database,"  # noqa: S608
+            " table_name, revision, origin_node_id, last_event_id, tombstone, updated_at,"
+            " log_position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (rule_id, key_digest) DO UPDATE SET"
+            " record_key = excluded.record_key, database = excluded.database,"
+            " table_name = excluded.table_name, revision = excluded.revision,"
+            " origin_node_id = excluded.origin_node_id,"
+            " last_event_id = excluded.last_event_id, tombstone = excluded.tombstone,"
+            " updated_at = excluded.updated_at, log_position = excluded.log_position"
+            " WHERE h.log_position <= excluded.log_position",
+            [(rule_id, digest, record_key, *self._heads.location(record_key),
+              None if revision is None else uuid_text(str(revision)), origin,
+              uuid_text(str(event_id)), int(tombstone), moment_text(finalized_at), position)
+             for (rule_id, digest, record_key, revision, origin, event_id, tombstone,
+                  finalized_at, position) in rows],
         )

@@ -28,6 +28,7 @@ from tidesync.config import Config, EventStoreKind
 from tidesync.migrations import migrate_postgres, migrate_sqlite
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
+from tidesync.projections.registry import ViewSettings
 from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorder
 from tidesync.shore.arbiter import Arbiter, build_arbiter
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
@@ -125,7 +126,7 @@ def open_pool(config: Config) -> ConnectionPool[psycopg.Connection[TupleRow]]:
     if config.event_store.kind is not EventStoreKind.POSTGRES:
         raise NotImplementedError(
             "this needs event_store.kind = postgres; the embedded SQLite event store keeps "
-            "the apply path and receipts only")
+            "the apply path and the receipts and record_head views only")
     conninfo = postgres_conninfo(config.event_store)
     migrate_postgres(conninfo)
     return ConnectionPool(conninfo, min_size=1, max_size=config.event_store.postgres_pool_size,
@@ -155,13 +156,14 @@ def build_worker(config: Config, applier: TargetApplier,
     apps = ShoreApps.open(event_store_env(config.event_store))
     processor = ApplyProcessor(apps.apply_jobs, apps.conflicts, queue, applier, clock, settings)
     if isinstance(queue, SQLiteWorkQueue):
-        worker = ShoreWorker(processor, sqlite_projections(apps, queue.connections))
+        worker = ShoreWorker(processor, sqlite_projections(
+            apps, queue.connections, ViewSettings.from_config(config)))
         close_views: Callable[[], None] = _nothing_to_close
     else:
         assert isinstance(queue, PostgresWorkQueue)
         pool = queue.pool
         # Every registered view runs here, each with its position tracked (see projections/).
-        catalogue = default_catalogue()
+        catalogue = default_catalogue(ViewSettings.from_config(config))
         views = catalogue.open_applications(
             event_store_env(config.event_store),
             existing={"apply_jobs": apps.apply_jobs, "conflict_cases": apps.conflicts})
@@ -203,14 +205,12 @@ def _nothing_to_close() -> None:
     pass
 
 
-def sqlite_projections(apps: ShoreApps,
-                       connections: SQLiteConnections) -> list[ProjectionRunner]:
-    """The views kept on the SQLite event store: receipts, which ships pull. (The console's
-    views are PostgreSQL-only.)"""
-    from tidesync.projections.sqlite_runner import (
-        SQLiteProjectionRunner,
-        SQLiteReceiptsProjection,
-    )
+def sqlite_projections(apps: ShoreApps, connections: SQLiteConnections,
+                       settings: ViewSettings | None = None) -> list[ProjectionRunner]:
+    """The views kept on the SQLite event store: receipts, which ships pull, and record_head.
+    (The console's other views are PostgreSQL-only.)"""
+    from tidesync.projections.sqlite_views import sqlite_runners
 
-    return [SQLiteProjectionRunner(SQLiteReceiptsProjection(), apps.apply_jobs, connections)]
-
+    settings = settings or ViewSettings()
+    return list(sqlite_runners({"apply_jobs": apps.apply_jobs}, connections,
+                               batch_size=settings.batch_size))

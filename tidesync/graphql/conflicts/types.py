@@ -119,6 +119,51 @@ class ConflictCancellation:
     reason: str
 
 
+@strawberry.type(description="An automatic decision in progress: the worker holding the "
+                             "lease, the policy it applies, and until when.")
+class ConflictLease:
+    owner: str
+    policy: str
+    until: str
+    taken_over_from: str | None
+
+
+@strawberry.type(description="Why the case waits for a person and when waiting longer "
+                             "breaches its SLA.")
+class ConflictManual:
+    reason_code: str
+    sla_due: dt.datetime | None = strawberry.field(
+        description="null when the recorded due time is not a time.")
+
+
+@strawberry.type(description="One downlink command a decision went out as.")
+class DispatchedCommand:
+    node_id: str
+    command_id: strawberry.ID
+
+
+@strawberry.type(description="Where the decision went: the commands queued for each node and "
+                             "whether it was applied on the shore.")
+class ConflictDispatch:
+    commands: list[DispatchedCommand]
+    shore_applied: bool
+
+
+@strawberry.type(description="A node's answer to the decision's command.")
+class ConflictNodeAck:
+    node_id: str
+    command_id: strawberry.ID
+    result: str
+    reason_code: str
+
+
+@strawberry.type(description="Why the case expired, and who recorded it.")
+class ConflictExpiry:
+    reason_code: str
+    actor: str
+    reason: str
+
+
 @strawberry.type(name="Conflict", description="A conflict case as its stream records it.")
 class ConflictDetail:
     id: strawberry.ID
@@ -136,6 +181,12 @@ class ConflictDetail:
     replacement_columns: list[ReplacementColumn]
     decision: ConflictDecision | None
     cancellation: ConflictCancellation | None
+    lease: ConflictLease | None
+    manual: ConflictManual | None
+    dispatch: ConflictDispatch | None
+    acks: list[ConflictNodeAck] = strawberry.field(
+        description="Each node's answer to the dispatched decision, by node id.")
+    expiry: ConflictExpiry | None
 
     @classmethod
     def from_case(cls, case: ConflictCase, sensitive: Sensitivity) -> ConflictDetail:
@@ -156,7 +207,67 @@ class ConflictDetail:
             decision=_decision(scope, case.decision, is_sensitive),
             cancellation=None if case.cancellation is None else ConflictCancellation(
                 actor=str(case.cancellation["actor"]), reason=str(case.cancellation["reason"])),
+            lease=_lease(case), manual=_manual(case), dispatch=_dispatch(case),
+            acks=_acks(case), expiry=_expiry(case),
         )
+
+
+# The arbitration facts (§11.3): cases recorded before these existed have none of them.
+
+
+def _lease(case: ConflictCase) -> ConflictLease | None:
+    lease = getattr(case, "lease", None)
+    if not lease:
+        return None
+    return ConflictLease(owner=str(lease.get("owner")), policy=str(lease.get("policy")),
+                         until=str(lease.get("until")),
+                         taken_over_from=_text(lease.get("taken_over_from")))
+
+
+def _manual(case: ConflictCase) -> ConflictManual | None:
+    manual = getattr(case, "manual", None)
+    if not manual:
+        return None
+    return ConflictManual(reason_code=str(manual.get("reason_code")),
+                          sla_due=_moment(manual.get("sla_due")))
+
+
+def _dispatch(case: ConflictCase) -> ConflictDispatch | None:
+    dispatch = getattr(case, "dispatch_info", None)
+    if not dispatch:
+        return None
+    return ConflictDispatch(
+        commands=[DispatchedCommand(node_id=str(command.get("node_id")),
+                                    command_id=strawberry.ID(str(command.get("command_id"))))
+                  for command in dispatch.get("commands", [])],
+        shore_applied=bool(dispatch.get("shore_applied")))
+
+
+def _acks(case: ConflictCase) -> list[ConflictNodeAck]:
+    acks = getattr(case, "acks", None) or {}
+    return [ConflictNodeAck(node_id=str(node_id),
+                            command_id=strawberry.ID(str(ack.get("command_id"))),
+                            result=str(ack.get("result")),
+                            reason_code=str(ack.get("reason_code") or ""))
+            for node_id, ack in sorted(acks.items())]
+
+
+def _expiry(case: ConflictCase) -> ConflictExpiry | None:
+    expiry = getattr(case, "expiry", None)
+    if not expiry:
+        return None
+    return ConflictExpiry(reason_code=str(expiry.get("reason_code")),
+                          actor=str(expiry.get("actor")), reason=str(expiry.get("reason")))
+
+
+def _moment(raw: object) -> dt.datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
 
 
 def _image(raw: object) -> dict[str, list[object]] | None:
