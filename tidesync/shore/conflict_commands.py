@@ -163,7 +163,8 @@ def _describe(case: ConflictCase, values: bool) -> dict[str, object]:
         **case.decision, "decided_value": image(case.decision.get("decided_value"))}
     return {"conflict_id": str(case.id), "state": case.state.value, "version": case.version,
             "rule_id": case.rule_id, "table": f"{case.database}.{case.table}",
-            "key_digest": case.key_digest, "manual": case.manual, "decision": decision,
+            "key_digest": case.key_digest, "lease": case.lease, "manual": case.manual,
+            "decision": decision,
             "dispatch": case.dispatch_info or None, "acks": case.acks or None,
             "expiry": case.expiry, "cancellation": case.cancellation, "evidence": evidence}
 
