@@ -164,3 +164,42 @@ def test_history_refuses_unknown_kinds_ids_and_versions(audited):
         with pytest.raises(HistoryError) as refused:
             call()
         assert refused.value.code == code
+
+
+def test_a_downlink_command_replays_with_the_ships_answer_and_no_values(pg_database):
+    from decimal import Decimal
+
+    from tests.integration.test_arbiter import ack
+    from tidesync.domain.change_event import Operation, RecordKey, Revision
+    from tidesync.domain.downlink_command import CommandKind, RowChangePayload
+    from tidesync.shore.downlink import NewCommand, open_downlink
+    from tidesync.wire import sync_pb2 as pb
+
+    downlink = open_downlink(pg_database.eventsourcing_env(), pg_database.dsn)
+    node = f"audit-ship-{uuid.uuid4().hex[:6]}"
+    shore_event = uuid.uuid4()
+    ship_revision = Revision(uuid.uuid4().bytes)
+    try:
+        (issued,) = downlink.issue([NewCommand(
+            node_id=node, kind=CommandKind.ROW_CHANGE, source_id=shore_event,
+            payload=RowChangePayload(RecordKey.of("fleet", "cargo", {"id": 7}), Operation.UPDATE,
+                                     {"item": "secret cargo", "qty": 5}, Revision(bytes(16)),
+                                     Revision(uuid.uuid4().bytes), "shore", shore_event),
+            actor="system:shore-cdc", reason="shore change")])
+        ack(downlink, node, issued.command_id, pb.COMMAND_CONFLICT_REPORTED,
+            reason="REVISION_MISMATCH", local=ship_revision,
+            row={"item": "other cargo", "qty": Decimal("6")})
+        with shore_apps(pg_database) as apps, read_side(pg_database, apps) as read:
+            events = aggregate_events(read.apps, "downlink_command", issued.command_id)
+            assert [(e.version, e.event_type, e.actor) for e in events] == [
+                (1, "DownlinkCommand.Issued", "system:shore-cdc"),
+                (2, "DownlinkCommand.Acknowledged", f"node:{node}")]
+            state = state_at(read.apps, "downlink_command", issued.command_id, version=2,
+                             catalogue=read.catalogue)
+    finally:
+        downlink.close()
+    shown = json.dumps(state.as_dict(), default=str)
+    assert "secret cargo" not in shown and "other cargo" not in shown
+    assert state.state["ack"]["result"] == "COMMAND_CONFLICT_REPORTED"
+    assert state.state["ack"]["local_revision"] == ship_revision.text
+    assert "sha256" in state.state["payload_json"]

@@ -39,8 +39,8 @@ from tidesync.projections.states import digest
 EXTENSION_MODULES: tuple[str, ...] = ("tidesync.graphql.read_side",)
 """Modules with `register_read_side(catalogue)`, called after tidesync's own registrations."""
 
-APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS = (
-    "apply_jobs", "conflict_cases", "nodes", "operations")
+APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS, DOWNLINK = (
+    "apply_jobs", "conflict_cases", "nodes", "operations", "downlink")
 
 
 def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
@@ -80,6 +80,12 @@ def _open_nodes(env: Mapping[str, str]) -> Application[Any]:
     return NodesApplication(env=dict(env))
 
 
+def _open_downlink(env: Mapping[str, str]) -> Application[Any]:
+    from tidesync.shore.apps import Downlink, with_statement_recorder
+
+    return Downlink(env=Environment(Downlink.name, with_statement_recorder(dict(env))))
+
+
 def _open_operations(env: Mapping[str, str]) -> Application[Any]:
     return OperationsApplication(env=dict(env))
 
@@ -88,7 +94,8 @@ def _applications() -> list[ApplicationSpec]:
     return [ApplicationSpec(APPLY_JOBS, _open_apply_jobs),
             ApplicationSpec(CONFLICT_CASES, _open_conflict_cases),
             ApplicationSpec(NODES, _open_nodes),
-            ApplicationSpec(OPERATIONS, _open_operations)]
+            ApplicationSpec(OPERATIONS, _open_operations),
+            ApplicationSpec(DOWNLINK, _open_downlink)]
 
 
 # ----------------------------------------------------------------------------- kinds
@@ -127,6 +134,15 @@ def render_credentials(credentials: object) -> object:
     return shown
 
 
+def render_ack(ack: object) -> object:
+    """A ship's answer with the row it reported as a digest."""
+    if not isinstance(ack, Mapping):
+        return ack
+    shown = {key: value for key, value in ack.items() if key != "current_row"}
+    shown["current_row_sha256"] = digest(ack.get("current_row"))
+    return shown
+
+
 def _kinds() -> list[AggregateKind]:
     return [
         AggregateKind("apply_job", APPLY_JOBS, "tidesync.domain.apply_job:ApplyJob",
@@ -138,6 +154,9 @@ def _kinds() -> list[AggregateKind]:
                       {"credentials": render_credentials}),
         AggregateKind("operator_action", OPERATIONS,
                       "tidesync.projections.operations:OperatorAction"),
+        AggregateKind("downlink_command", DOWNLINK,
+                      "tidesync.domain.downlink_command:DownlinkCommand",
+                      {"ack": render_ack}, sensitive=frozenset({"payload_json"})),
     ]
 
 

@@ -312,7 +312,8 @@ class DownlinkService:
                 continue
             command = self.app.get_command(ack.command_id)
             if command.acknowledge(ack.result, ack.reason_code, ack.detail, ack.local_revision,
-                                   ack.row_exists, ack.current_row, ack.processed_at, node_id):
+                                   ack.row_exists, ack.current_row, ack.processed_at,
+                                   f"node:{node_id}"):
                 changed[ack.command_id] = command
                 statements.append(_ack_statement(command, ack))
         if changed:
