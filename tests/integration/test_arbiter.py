@@ -12,14 +12,12 @@ from decimal import Decimal
 
 import pytest
 
+from tests.integration import test_apply_processor as processor_tests
 from tests.integration.shore_support import (
-    ITEMS_DDL,
     ShipLog,
     ledger_ids,
-    migrated_pool,
     pg_rows,
     receive,
-    shore_apps,
 )
 from tests.integration.test_apply_processor import (
     SHORE_NODE,
@@ -43,7 +41,6 @@ from tidesync.shore.conflicts import (
 )
 from tidesync.shore.downlink import DownlinkService, NewCommand, open_downlink
 from tidesync.shore.work_queue import PostgresWorkQueue
-from tidesync.target.schema import enable_mysql_table
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, columns_to_wire
 
@@ -52,21 +49,9 @@ pytestmark = pytest.mark.services
 OTHER_SHIP = "ship-quiet"
 
 
-@pytest.fixture
-def target_db(shore_mariadb, make_mariadb_database):
-    name = make_mariadb_database(shore_mariadb)
-    conn = shore_mariadb.connect(database=name, autocommit=True)
-    with conn.cursor() as cursor:
-        cursor.execute(ITEMS_DDL)
-    enable_mysql_table(conn, name, "items", SHORE_NODE)
-    yield name, conn
-    conn.close()
-
-
-@pytest.fixture
-def shore(pg_database):
-    with migrated_pool(pg_database) as pool, shore_apps(pg_database) as apps:
-        yield pool, apps
+# The shore's PostgreSQL and target database, as the apply processor's tests set them up.
+shore = processor_tests.shore
+target_db = processor_tests.target_db
 
 
 @pytest.fixture
