@@ -23,11 +23,12 @@ from tests.integration.test_ship_downlink import (  # noqa: F401  (ship_db is a 
     ship_db,
 )
 from tests.integration.test_ship_downlink_support import CommandLog, FakeShore
+from tidesync.cdc.kafka import KafkaQueue, QueueSettings
 from tidesync.config import ShipConfig
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.ship.client import normalizer_for
 from tidesync.ship.client_commands import status_report
-from tidesync.ship.consumer import KafkaQueue, QueueConsumer, QueueSettings
+from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.state import platform_write_id
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.wire import sync_pb2 as pb

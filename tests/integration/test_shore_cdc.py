@@ -24,6 +24,7 @@ from tests.integration.test_capture_mariadb import run_until_caught_up
 from tests.integration.test_ingress import make_config
 from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
+from tidesync.cdc.kafka import KafkaQueue, QueueSettings
 from tidesync.config import DownlinkConfig, TargetConfig
 from tidesync.domain.change_event import Operation, Revision, tombstone_revision
 from tidesync.domain.downlink_command import RowChangePayload
@@ -31,8 +32,6 @@ from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.downlink import DownlinkService, open_downlink
 from tidesync.shore.shore_cdc import (
-    CdcQueueSettings,
-    KafkaCdcQueue,
     PartitionKey,
     ShoreCdcConsumer,
     TargetNodes,
@@ -85,7 +84,7 @@ class ShoreSide:
 
     def consumer(self, downlink: DownlinkService, applier: MySQLTargetApplier,
                  group: str | None = None) -> ShoreCdcConsumer:
-        queue = KafkaCdcQueue(CdcQueueSettings(
+        queue = KafkaQueue(QueueSettings(
             self.bootstrap, group or f"shore-cdc-{self.name}", "^" + re.escape(self.name) + r"\."))
         normalizer = DebeziumNormalizer(NormalizerSettings(
             SHORE, "shore-builtin", bidirectional_tables=frozenset({(self.database, "parts")})))

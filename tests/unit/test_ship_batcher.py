@@ -9,6 +9,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -17,7 +18,6 @@ from tidesync.domain.change_event import (
     event_id_for,
 )
 from tidesync.ship.batcher import BatchLimits, SendWindow, build_batch
-from tidesync.ship.state import PartitionKey
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 

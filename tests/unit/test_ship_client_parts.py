@@ -17,9 +17,10 @@ from tidesync.cdc.debezium import (
     NormalizerSettings,
     Skip,
 )
+from tidesync.cdc.kafka import PartitionKey
 from tidesync.cli import build_parser, main
 from tidesync.config import ConfigError, ShipConfig, load_config
-from tidesync.ship.state import PartitionBacklog, PartitionKey, SQLiteShipState, Watermark
+from tidesync.ship.state import PartitionBacklog, SQLiteShipState, Watermark
 from tidesync.ship.telemetry import (
     HealthBoard,
     HealthState,

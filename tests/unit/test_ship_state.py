@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidesync.cdc.debezium import Block, BlockReason, Normalized, Skip, SkipReason
+from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -27,7 +28,6 @@ from tidesync.ship.state import (
     DUPLICATE_RESULT,
     Consumed,
     EventState,
-    PartitionKey,
     ReceiveAnswer,
     ReceiveOutcome,
     SQLiteShipState,

@@ -12,8 +12,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import ChangeEvent
-from tidesync.ship.state import PartitionKey, rule_of
+from tidesync.ship.state import rule_of
 from tidesync.wire import codec
 
 

@@ -21,24 +21,23 @@ from types import FrameType
 
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
+from tidesync.cdc.kafka import (
+    KafkaQueue,
+    PartitionKey,
+    QueueSettings,
+    QueueUnavailable,
+    parse_options,
+)
 from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.token_bucket import TokenBucket
 from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
-from tidesync.ship.consumer import (
-    KafkaQueue,
-    QueueConsumer,
-    QueueReason,
-    QueueSettings,
-    QueueUnavailable,
-    parse_options,
-)
+from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.state import (
     EventState,
-    PartitionKey,
     Progress,
     ReceiveAnswer,
     ReceiveOutcome,

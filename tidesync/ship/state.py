@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tidesync.cdc.debezium import Block, Normalized, Outcome
+from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
@@ -90,12 +91,6 @@ class ReceiveOutcome(enum.StrEnum):
 
 
 # ----------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class PartitionKey:
-    topic: str
-    partition: int
 
 
 @dataclass(frozen=True, slots=True)

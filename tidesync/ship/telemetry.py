@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidesync.ship.state import Health, PartitionBacklog, PartitionKey, Watermark
+from tidesync.cdc.kafka import PartitionKey
+from tidesync.ship.state import Health, PartitionBacklog, Watermark
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import psycopg
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from eventsourcing.persistence import PersistenceError
 
 from tidesync.cdc.debezium import Block, DebeziumNormalizer, KafkaRecord, Normalized, Skip
+from tidesync.cdc.kafka import (
+    KafkaQueue,
+    PartitionKey,
+    QueueSettings,
+    QueueUnavailable,
+    parse_options,
+)
 from tidesync.config import Config
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 from tidesync.domain.conflict_case import is_sync_column
@@ -33,12 +38,7 @@ from tidesync.target.contract import EVENT_ID_COLUMN, REVISION_COLUMN, TargetErr
 
 log = logging.getLogger(__name__)
 
-_CONNECTIVITY_ERRORS = frozenset({
-    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-    KafkaError._TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
-})
 _CONSUMER_LOCK = 0x73686F7265636463  # "shorecdc"
-
 
 class ShoreCdcResult(enum.StrEnum):
     """What became of one shore change (stored in shore_cdc_event)."""
@@ -56,132 +56,9 @@ class ShoreCdcReason(enum.StrEnum):
     PARTITION_ERROR = "PARTITION_ERROR"
 
 
-class PartitionKey(NamedTuple):
-    topic: str
-    partition: int
-
-
-class QueueUnavailable(Exception):
-    """The broker cannot be reached or failed for the whole consumer."""
-
-
 class ShoreCdcUnavailable(Exception):
     """A batch could not be recorded (PostgreSQL, the target ledger or the broker is down);
     its partitions were rewound and it will be read again."""
-
-
-# ----------------------------------------------------------------------------- the queue
-
-
-@dataclass(frozen=True)
-class CdcQueueSettings:
-    bootstrap_servers: str
-    group_id: str
-    topic_pattern: str
-    options: Mapping[str, str] = field(default_factory=dict)
-    request_timeout: float = 10.0
-
-    def consumer_config(self) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id,
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            # A committed offset the broker no longer has is an error, never a silent jump.
-            "auto.offset.reset": "error",
-            "queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8 * 1024 * 1024,
-            "max.partition.fetch.bytes": 2 * 1024 * 1024, "fetch.wait.max.ms": 200,
-            "log_level": 3, **self.options,
-        }
-
-
-def parse_options(text: str) -> dict[str, str]:
-    """`key=value,key=value` -> librdkafka settings."""
-    items = (item.strip() for item in text.split(","))
-    return dict(item.split("=", 1) for item in items if item)
-
-
-class KafkaCdcQueue:
-    """The shore's capture topics through confluent-kafka: explicit assignment from the
-    group's committed offsets, manual commits, no group rebalancing."""
-
-    def __init__(self, settings: CdcQueueSettings) -> None:
-        self.settings = settings
-        self.consumer = Consumer(settings.consumer_config())
-        self.pattern = re.compile(settings.topic_pattern)
-
-    def partitions(self) -> list[PartitionKey]:
-        try:
-            metadata = self.consumer.list_topics(timeout=self.settings.request_timeout)
-        except KafkaException as error:
-            raise QueueUnavailable(f"cannot list topics: {error.args[0]}") from error
-        return sorted(PartitionKey(name, number) for name, topic in metadata.topics.items()
-                      if self.pattern.search(name) and topic.error is None
-                      for number in topic.partitions)
-
-    def committed(self, keys: Sequence[PartitionKey]) -> dict[PartitionKey, int | None]:
-        if not keys:
-            return {}
-        try:
-            found = self.consumer.committed([TopicPartition(k.topic, k.partition) for k in keys],
-                                            timeout=self.settings.request_timeout)
-        except KafkaException as error:
-            raise QueueUnavailable(f"cannot read committed offsets: {error.args[0]}") from error
-        return {PartitionKey(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else None
-                for tp in found}
-
-    def assign(self, starts: Mapping[PartitionKey, int | None]) -> None:
-        self.consumer.incremental_assign([
-            TopicPartition(k.topic, k.partition, OFFSET_BEGINNING if o is None else o)
-            for k, o in starts.items()])
-
-    def unassign(self, keys: Iterable[PartitionKey]) -> None:
-        partitions = [TopicPartition(k.topic, k.partition) for k in keys]
-        if partitions:
-            self.consumer.incremental_unassign(partitions)
-
-    def poll(self, max_records: int, timeout: float
-             ) -> tuple[list[KafkaRecord], dict[PartitionKey, str]]:
-        try:
-            messages = self.consumer.consume(num_messages=max_records, timeout=0)
-            if not messages and timeout > 0:
-                first = self.consumer.poll(timeout)
-                messages = [] if first is None else [first, *self.consumer.consume(
-                    num_messages=max_records - 1, timeout=0)]
-        except KafkaException as error:
-            raise QueueUnavailable(f"consume failed: {error.args[0]}") from error
-        records: list[KafkaRecord] = []
-        errors: dict[PartitionKey, str] = {}
-        for message in messages:
-            problem = message.error()
-            if problem is None:
-                records.append(_record(message))
-                continue
-            topic, partition = message.topic(), message.partition()
-            if topic is None or partition is None or problem.code() in _CONNECTIVITY_ERRORS:
-                raise QueueUnavailable(f"queue error {problem.name()}")
-            if problem.code() != KafkaError._PARTITION_EOF:
-                errors[PartitionKey(topic, partition)] = problem.name()
-        return records, errors
-
-    def pause(self, keys: Iterable[PartitionKey]) -> None:
-        self.consumer.pause([TopicPartition(k.topic, k.partition) for k in keys])
-
-    def commit(self, offsets: Mapping[PartitionKey, int]) -> None:
-        try:
-            self.consumer.commit(offsets=[TopicPartition(k.topic, k.partition, o)
-                                          for k, o in offsets.items()], asynchronous=False)
-        except KafkaException as error:
-            raise QueueUnavailable(f"commit failed: {error.args[0]}") from error
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def _record(message: Any) -> KafkaRecord:
-    kind, timestamp = message.timestamp()
-    return KafkaRecord(
-        topic=message.topic(), partition=message.partition(), offset=message.offset(),
-        key=message.key(), value=message.value(), headers=tuple(message.headers() or ()),
-        timestamp_ms=timestamp if kind != 0 and timestamp >= 0 else None)
 
 
 # ----------------------------------------------------------------------------- decisions
@@ -283,7 +160,7 @@ class ShoreCdcConsumer:
     """Consumes the shore's capture topics in batches: one transaction per poll holds the
     batch's commands and results; queue offsets follow only after it commits."""
 
-    def __init__(self, queue: KafkaCdcQueue, normalizer: DebeziumNormalizer,
+    def __init__(self, queue: KafkaQueue, normalizer: DebeziumNormalizer,
                  ledger: AppliedLedger, downlink: DownlinkService,
                  nodes: Callable[[], Sequence[str]], origin_node_id: str, *,
                  max_records: int = 500, poll_timeout: float = 0.2,
@@ -311,7 +188,8 @@ class ShoreCdcConsumer:
         if self._refreshed_at is None or (
                 self.monotonic() - self._refreshed_at >= self.refresh_seconds):
             self.refresh()
-        records, errors = self.queue.poll(self.max_records, self.poll_timeout)
+        polled = self.queue.poll(self.max_records, self.poll_timeout)
+        records, errors = polled.records, polled.errors
         batch = _Batch()
         for key, name in errors.items():
             reason = (ShoreCdcReason.OFFSET_OUT_OF_RANGE if "OFFSET" in name
@@ -571,7 +449,7 @@ def build_shore_cdc(config: Config) -> ShoreCdcRunner:
         except Exception:
             downlink.close()
             raise
-        queue = KafkaCdcQueue(CdcQueueSettings(
+        queue = KafkaQueue(QueueSettings(
             downlink_config.kafka_bootstrap_servers, downlink_config.consumer_group,
             downlink_config.topic_pattern, parse_options(downlink_config.kafka_consumer_options)))
         return ClosingConsumer(
