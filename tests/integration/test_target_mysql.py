@@ -422,3 +422,180 @@ def test_a_killed_connection_is_transient_and_the_applier_reconnects(
         applier.apply_chunk([insert(shore_db, "parts", {"id": 2, "name": "lost"})])
     event = insert(shore_db, "parts", {"id": 3, "name": "after"})
     assert applier.apply_chunk([event])[0].kind is TargetOutcomeKind.APPLIED
+
+
+# --- batches of UPDATEs as one set-based compare-and-set ------------------------------------
+
+
+def _seed_many(applier: MySQLTargetApplier, database: str,
+               keys: range) -> dict[int, tuple[dict[str, Any], Revision]]:
+    events = {key: insert(database, "parts", {"id": key, "name": f"part-{key}", "qty": key})
+              for key in keys}
+    outcomes = applier.apply_chunk(list(events.values()))
+    assert {o.kind for o in outcomes} == {TargetOutcomeKind.APPLIED}
+    seeded = {}
+    for key, event in events.items():
+        assert event.after is not None and event.result_revision is not None
+        seeded[key] = (dict(event.after), event.result_revision)
+    return seeded
+
+
+def _counting_sets(applier: MySQLTargetApplier, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether each set-based attempt kept its writes (True) or fell back (False)."""
+    attempts: list[bool] = []
+    original = applier._update_as_set
+
+    def counted(*args: Any) -> bool:
+        kept = original(*args)
+        attempts.append(kept)
+        return kept
+
+    monkeypatch.setattr(applier, "_update_as_set", counted)
+    return attempts
+
+
+def test_a_batch_of_updates_is_one_set_and_each_row_gets_its_events_metadata(
+        shore_mariadb, shore_db, applier, monkeypatch):
+    seeded = _seed_many(applier, shore_db, range(1, 7))
+    attempts = _counting_sets(applier, monkeypatch)
+    names = {1: "it's", 2: "back\\slash", 3: "ünïcødé", 4: "semi;colon", 5: "pct %s", 6: ""}
+    events = [update(shore_db, "parts", row, {"name": names[key]}, base=base)
+              for key, (row, base) in seeded.items()]
+    outcomes = applier.apply_chunk(events)
+    assert [o.kind for o in outcomes] == [TargetOutcomeKind.APPLIED] * 6
+    assert attempts == [True]
+    for key, event in zip(seeded, events, strict=True):
+        assert event.result_revision is not None
+        assert _row(shore_mariadb, shore_db, key) == (
+            key, names[key], key, event.result_revision.text, SHIP, str(event.event_id))
+    assert _ledger_count(shore_mariadb, shore_db) == 12
+
+
+def test_a_conflict_or_a_replay_in_a_set_judges_each_event_as_one_by_one(
+        shore_mariadb, shore_db, applier, monkeypatch):
+    seeded = _seed_many(applier, shore_db, range(1, 6))
+    row, base = seeded[2]
+    replayed = update(shore_db, "parts", row, {"qty": 20}, base=base)
+    assert applier.apply_chunk([replayed])[0].kind is TargetOutcomeKind.APPLIED
+    _run(shore_mariadb, shore_db, "UPDATE parts SET qty = 30 WHERE id = 3")  # shore edits
+    attempts = _counting_sets(applier, monkeypatch)
+    events = [replayed if key == 2 else update(shore_db, "parts", row, {"qty": key * 10},
+                                               base=base)
+              for key, (row, base) in seeded.items()]
+    outcomes = applier.apply_chunk(events)
+    assert [o.kind for o in outcomes] == [
+        TargetOutcomeKind.APPLIED, TargetOutcomeKind.ALREADY_APPLIED,
+        TargetOutcomeKind.CONFLICT, TargetOutcomeKind.APPLIED, TargetOutcomeKind.APPLIED]
+    assert outcomes[2].reason_code == "REVISION_MISMATCH"
+    assert outcomes[2].current_row is not None and outcomes[2].current_row["qty"] == 30
+    assert attempts == [False]
+    assert [_row(shore_mariadb, shore_db, key)[2] for key in range(1, 6)] == [  # type: ignore[index]
+        10, 20, 30, 40, 50]
+    assert _ledger_count(shore_mariadb, shore_db) == 5 + 1 + 3
+
+
+def test_a_rejected_value_in_a_set_rejects_only_that_event(
+        shore_mariadb, shore_db, applier, monkeypatch):
+    seeded = _seed_many(applier, shore_db, range(1, 5))
+    attempts = _counting_sets(applier, monkeypatch)
+    events = [update(shore_db, "parts", row, {"name": "x" * (21 if key == 3 else 5)}, base=base)
+              for key, (row, base) in seeded.items()]
+    outcomes = applier.apply_chunk(events)
+    assert [o.kind for o in outcomes] == [TargetOutcomeKind.APPLIED] * 2 + [
+        TargetOutcomeKind.REJECTED, TargetOutcomeKind.APPLIED]
+    assert outcomes[2].reason_code == "DATA_TOO_LONG"
+    assert attempts[0] is False
+    assert [_row(shore_mariadb, shore_db, key)[1] for key in range(1, 5)] == [  # type: ignore[index]
+        "xxxxx", "xxxxx", "part-3", "xxxxx"]
+    assert _ledger_count(shore_mariadb, shore_db) == 4 + 3
+
+
+def test_updates_mixing_literal_kinds_in_a_column_go_one_by_one(
+        shore_mariadb, shore_db, applier, monkeypatch):
+    seeded = _seed_many(applier, shore_db, range(1, 4))
+    attempts = _counting_sets(applier, monkeypatch)
+    qty: dict[int, Any] = {1: 7, 2: "8", 3: None}
+    events = [update(shore_db, "parts", row, {"qty": qty[key]}, base=base)
+              for key, (row, base) in seeded.items()]
+    assert [o.kind for o in applier.apply_chunk(events)] == [TargetOutcomeKind.APPLIED] * 3
+    assert attempts == [False]
+    assert [_row(shore_mariadb, shore_db, key)[2] for key in range(1, 4)] == [  # type: ignore[index]
+        7, 8, None]
+
+
+def test_a_set_of_updates_locks_only_the_rows_its_events_name(
+        shore_mariadb, shore_db, applier, monkeypatch):
+    # A small table tempts the optimizer to scan it; the set must still look rows up by key,
+    # or a local transaction holding another row would block it.
+    seeded = _seed_many(applier, shore_db, range(1, 4))
+    impatient = _applier(shore_mariadb, lock_wait_timeout=1)
+    attempts = _counting_sets(impatient, monkeypatch)
+    holder = shore_mariadb.connect(shore_db)
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("UPDATE parts SET qty = 99 WHERE id = 3")
+            events = [update(shore_db, "parts", row, {"qty": key * 10}, base=base)
+                      for key, (row, base) in seeded.items() if key != 3]
+            outcomes = impatient.apply_chunk(events)
+        assert [o.kind for o in outcomes] == [TargetOutcomeKind.APPLIED] * 2
+        assert attempts == [True]
+    finally:
+        holder.rollback()
+        holder.close()
+        impatient.close()
+    assert [_row(shore_mariadb, shore_db, key)[2] for key in range(1, 4)] == [  # type: ignore[index]
+        10, 20, 3]
+
+
+def test_a_set_of_updates_on_a_table_keeping_binary_revisions(
+        shore_mariadb, make_mariadb_database, applier, monkeypatch):
+    database = make_mariadb_database(shore_mariadb)
+    _run(shore_mariadb, database,
+         "CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT NULL,"
+         " _sync_revision BINARY(16) NOT NULL) ENGINE=InnoDB")
+    connection = shore_mariadb.connect(database)
+    try:
+        enable_mysql_table(connection, database, "parts", SHORE)
+    finally:
+        connection.close()
+    seeded = _seed_many(applier, database, range(1, 4))
+    attempts = _counting_sets(applier, monkeypatch)
+    events = [update(database, "parts", row, {"qty": key * 10}, base=base)
+              for key, (row, base) in seeded.items()]
+    assert [o.kind for o in applier.apply_chunk(events)] == [TargetOutcomeKind.APPLIED] * 3
+    assert attempts == [True]
+    rows = _run(shore_mariadb, database, "SELECT id, qty, _sync_revision FROM parts ORDER BY id")
+    assert rows == [(key, key * 10, event.result_revision.value)  # type: ignore[union-attr]
+                    for key, event in zip(range(1, 4), events, strict=True)]
+
+
+@pytest.mark.parametrize("collation", ["utf8mb4_bin", "latin1_swedish_ci", "ascii_bin"])
+def test_a_set_of_updates_keyed_by_text_in_another_collation(
+        shore_mariadb, make_mariadb_database, applier, collation):
+    database = make_mariadb_database(shore_mariadb)
+    charset = collation.split("_")[0]
+    _run(shore_mariadb, database,
+         f"CREATE TABLE tags (code VARCHAR(20) CHARACTER SET {charset} COLLATE {collation}"
+         " PRIMARY KEY, label VARCHAR(20) NOT NULL) ENGINE=InnoDB")
+    connection = shore_mariadb.connect(database)
+    try:
+        enable_mysql_table(connection, database, "tags", SHORE)
+    finally:
+        connection.close()
+    codes = ["a", "B", "c d", "e'f"]
+    inserts = [insert(database, "tags", {"code": code, "label": "new"}, key="code")
+               for code in codes]
+    assert {o.kind for o in applier.apply_chunk(inserts)} == {TargetOutcomeKind.APPLIED}
+    events = [update(database, "tags", {"code": code, "label": "new"}, {"label": f"v{index}"},
+                     base=event.result_revision, key="code")
+              for index, (code, event) in enumerate(zip(codes, inserts, strict=True))]
+    assert [o.kind for o in applier.apply_chunk(events)] == [TargetOutcomeKind.APPLIED] * 4
+    # And again, whichever way the first batch went.
+    again = [update(database, "tags", {"code": code, "label": f"v{index}"}, {"label": "w"},
+                    base=event.result_revision, key="code")
+             for index, (code, event) in enumerate(zip(codes, events, strict=True))]
+    assert [o.kind for o in applier.apply_chunk(again)] == [TargetOutcomeKind.APPLIED] * 4
+    rows = _run(shore_mariadb, database, "SELECT code, label, _sync_event_id FROM tags")
+    assert sorted(rows) == sorted((code, "w", str(event.event_id))
+                                  for code, event in zip(codes, again, strict=True))

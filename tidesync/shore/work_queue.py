@@ -85,12 +85,15 @@ class StoredBatches:
 
     def decode(self, claimed: Sequence[ClaimedEvent]) -> list[ChangeEvent | UndecodableEvent]:
         out: list[ChangeEvent | UndecodableEvent] = []
+        ref: uuid.UUID | None = None
         for item in claimed:
-            batch = self.batches[item.batch_ref]
+            if item.batch_ref != ref:  # claimed events run in long stretches of one batch
+                ref = item.batch_ref
+                batch = self.batches[ref]
+                wire_events, names, version = batch.events, self.names[ref], batch.protocol_version
             try:
-                out.append(event_from_wire(batch.events[item.batch_index],
-                                           self.names[item.batch_ref],
-                                           batch_version=batch.protocol_version))
+                out.append(event_from_wire(wire_events[item.batch_index], names,
+                                           batch_version=version))
             except WireError as error:
                 out.append(UndecodableEvent(item, error))
         return out

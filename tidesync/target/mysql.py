@@ -206,6 +206,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         self._connection: Any = None
         self._statements: dict[tuple[object, ...], str] = {}
         self._literal_cache: dict[object, str] = {}
+        self._set_refused: set[tuple[str, str, tuple[str, ...]]] = set()
 
     @classmethod
     def from_config(cls, target: TargetConfig, route: Route = same_names) -> MySQLTargetApplier:
@@ -349,6 +350,10 @@ class MySQLTargetApplier(CompareAndSetApplier):
         cursor = self._cursor()
         if len(self._literal_cache) > 1000:
             self._literal_cache.clear()
+        if len(writes) > 1:
+            all_touched = self._update_as_set(cursor, writes, now)
+            if all_touched:
+                return [True] * len(writes)
         touched: list[bool] = []
         while len(touched) < len(writes):
             rest = writes[len(touched):]
@@ -364,6 +369,90 @@ class MySQLTargetApplier(CompareAndSetApplier):
                 raise
             touched += _touched_by(rest, counts)
         return touched
+
+    def forget_tables(self) -> None:
+        super().forget_tables()
+        self._set_refused.clear()
+
+    def _update_as_set(self, cursor: Any, writes: Sequence[PlannedWrite],
+                       now: dt.datetime) -> bool:
+        """Try a batch of UPDATEs (distinct rows, one column set) as one set-based
+        compare-and-set, `UPDATE (SELECT … UNION ALL SELECT …) u STRAIGHT_JOIN t ON t.key =
+        u.key AND t.revision = u.base SET …` (the per-row triggers fire as for single UPDATEs).
+
+        True when every event's row matched (the server then ran one statement instead of
+        one per event); otherwise nothing of it stays (savepoint) and the caller runs the
+        statements one by one, which judges each event exactly as before. Each event matches
+        at most one row (by primary key) and each row is updated at most once, so a count
+        equal to the batch means each event changed its own row. (MariaDB counts the rows a
+        multi-table UPDATE changed, even with CLIENT.FOUND_ROWS: a row matched but left as it
+        was only sends the batch the one-by-one way.)
+        """
+        text = self._set_update_text(writes, now)
+        if text is None:
+            return False
+        counts: list[int] = []
+        try:
+            _run_statements(cursor, text, counts)
+        except pymysql.MySQLError as error:
+            mapped = map_mysql_error(error)
+            if isinstance(mapped, TransientTargetError | CommitOutcomeUnknown):
+                log.warning("target MySQL call failed: %s", mapped.reason_code)
+                self._drop_connection()
+                raise mapped from error
+            if not isinstance(mapped, StatementRejected | DuplicatePrimaryKey):
+                # The server will not take this table's rows as a set (e.g. a collation it
+                # cannot compare): statements one by one from now on.
+                first = writes[0]
+                self._set_refused.add((first.shape.database, first.shape.table,
+                                       first.columns))
+            counts = []
+        if len(counts) == 2 and counts[1] == len(writes):
+            return True
+        self._execute("ROLLBACK TO SAVEPOINT tidesync_set")
+        return False
+
+    def _set_update_text(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> str | None:
+        """The set-based statement of a batch, or None when it does not qualify: only UPDATEs
+        of one table and column set whose every column carries one kind of literal (numbers
+        or quoted text; NULL mixes with either), so the derived table's column types cannot
+        convert a value differently from a literal in its own statement."""
+        first = writes[0]
+        shape, columns = first.shape, first.columns
+        if (shape.database, shape.table, columns) in self._set_refused:
+            return None
+        for write in writes:
+            if (write.operation is not Operation.UPDATE or write.shape is not shape
+                    or write.columns != columns or write.event.base_revision is None):
+                return None
+        width = len(columns) + len(shape.primary_key)
+        for position in range(width):
+            kinds = {_literal_kind(write.values[position] if position < len(columns)
+                                   else write.key[position - len(columns)])
+                     for write in writes}
+            kinds.discard("null")
+            if len(kinds) > 1 or "other" in kinds:
+                return None
+        key = ("set", shape.database, shape.table, columns)
+        head = self._statements.get(key)
+        if head is None:
+            head = self._statements[key] = _set_statement_head(shape, columns)
+        literal = self._literal
+        origin, moment = self._metadata_literals(first, now)[1::2]
+        rows: list[list[str]] = []
+        for write in writes:
+            event = write.event
+            assert event.base_revision is not None and event.result_revision is not None
+            rows.append([
+                *map(literal, write.values), *map(literal, write.key),
+                self._revision_literal(shape, event.base_revision),
+                self._revision_literal(shape, event.result_revision),
+                origin if event.origin_node_id == first.event.origin_node_id
+                else literal(event.origin_node_id),
+                f"'{event.event_id}'"])
+        first_row = ", ".join(f"{value} AS c{index}" for index, value in enumerate(rows[0]))
+        derived = " UNION ALL SELECT ".join([first_row, *(", ".join(row) for row in rows[1:])])
+        return f"SAVEPOINT tidesync_set;\n{head % {'rows': derived, 'moment': moment}}"
 
     def _read_row(self, shape: TableShape,
                   key: tuple[Value, ...]) -> tuple[Mapping[str, Value] | None, Revision | None]:
@@ -493,6 +582,39 @@ def _statement_text(write: PlannedWrite) -> str:
     names = [*write.columns, REVISION_COLUMN, ORIGIN_COLUMN, EVENT_ID_COLUMN, UPDATED_AT_COLUMN]
     return (f"INSERT INTO {_table(shape)} ({', '.join(_name(n) for n in names)})"  # noqa: S608
             f" VALUES ({', '.join(['%s'] * len(names))})")
+
+
+def _set_statement_head(shape: TableShape, columns: tuple[str, ...]) -> str:
+    """The set-based compare-and-set UPDATE of a column set (see `_update_as_set`), with
+    `%(rows)s` for the derived table's rows and `%(moment)s` for the update time."""
+    width = len(columns) + len(shape.primary_key)
+    assignments = "".join(f"t.{_name(column)} = u.c{index}, "
+                          for index, column in enumerate(columns))
+    matches = " AND ".join(f"t.{_name(column)} = u.c{len(columns) + index}"
+                           for index, column in enumerate(shape.primary_key))
+    # The events drive the join and each finds its row by primary key: a scan of the table
+    # (the optimizer's choice for a small one) would lock rows no event names.
+    return (f"UPDATE (SELECT %(rows)s) AS u STRAIGHT_JOIN"  # noqa: S608
+            f" {_table(shape)} AS t FORCE INDEX (PRIMARY)"
+            f" ON {matches} AND t.{REVISION_COLUMN} = u.c{width}"
+            f" SET {assignments}t.{REVISION_COLUMN} = u.c{width + 1},"
+            f" t.{ORIGIN_COLUMN} = u.c{width + 2}, t.{EVENT_ID_COLUMN} = u.c{width + 3},"
+            f" t.{UPDATED_AT_COLUMN} = %(moment)s")
+
+
+_TEXT_LITERAL_TYPES = (str, JsonText, dt.datetime, dt.date, dt.time)
+
+
+def _literal_kind(value: Value) -> str:
+    """How a value's SQL literal is typed: "null", "number" (an integer), "text" (a quoted
+    string in the connection's character set) or "other" (binary, float, decimal, bits)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int):
+        return "number"
+    if isinstance(value, _TEXT_LITERAL_TYPES):
+        return "text"
+    return "other"
 
 
 def _name(column: str) -> str:
