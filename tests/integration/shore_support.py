@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -23,7 +24,7 @@ from tidesync.domain.change_event import (
     event_id_for,
     tombstone_revision,
 )
-from tidesync.localservices import PostgresDatabase
+from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.worker import ShoreApps
 from tidesync.wire.codec import build_batch, serialize_batch
@@ -148,10 +149,24 @@ def chunks(items: Sequence[ChangeEvent], size: int) -> Iterable[Sequence[ChangeE
         yield items[start:start + size]
 
 
+def run_sql(instance: MariaDBInstance, database: str, *statements: str) -> list[tuple[Any, ...]]:
+    """Run statements on a fresh autocommit connection; the rows of the last one."""
+    connection = instance.connect(database, autocommit=True)
+    try:
+        with connection.cursor() as cursor:
+            rows: list[tuple[Any, ...]] = []
+            for statement in statements:
+                cursor.execute(statement)
+                rows = list(cursor.fetchall())
+            return rows
+    finally:
+        connection.close()
+
+
 def pg_rows(pool: ConnectionPool, sql: str, params: Sequence[object] = ()) -> list[tuple]:
     with pool.connection() as conn:
         return conn.execute(sql, params).fetchall()
 
 
 __all__ = ["ITEMS_DDL", "ShipLog", "inbox_states", "ledger_ids", "migrated_pool", "pg_rows",
-           "psycopg", "receive", "shore_apps"]
+           "psycopg", "receive", "run_sql", "shore_apps"]

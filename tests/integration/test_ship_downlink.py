@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.shore_support import run_sql
 from tests.integration.test_ship_downlink_support import (
     SHORE,
     CommandLog,
@@ -39,17 +40,6 @@ ITEMS_DDL = ("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL,
              " qty INT NOT NULL) ENGINE=InnoDB")
 
 
-def run_sql(instance: MariaDBInstance, database: str, *statements: str) -> list[tuple[Any, ...]]:
-    connection = instance.connect(database, autocommit=True)
-    try:
-        with connection.cursor() as cursor:
-            rows: list[tuple[Any, ...]] = []
-            for statement in statements:
-                cursor.execute(statement)
-                rows = list(cursor.fetchall())
-            return rows
-    finally:
-        connection.close()
 
 
 @pytest.fixture

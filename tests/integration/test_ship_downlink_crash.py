@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_ship_downlink import SHIP_NODE, run_sql, ship_db  # noqa: F401
+from tests.integration.shore_support import run_sql
+from tests.integration.test_ship_downlink import SHIP_NODE, ship_db  # noqa: F401
 from tests.integration.test_ship_downlink_support import SHORE, CommandLog, FakeShore
 from tidesync.domain.change_event import Revision
 from tidesync.ingress.nodes import secret_text

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from tests.integration.shore_support import run_sql
 from tests.integration.test_capture_mariadb import run_until_caught_up
 from tests.integration.test_ship_downlink import (  # noqa: F401  (ship_db is a fixture)
     SHIP_NODE,
     make_world,
-    run_sql,
     ship_db,
 )
 from tests.integration.test_ship_downlink_support import CommandLog, FakeShore

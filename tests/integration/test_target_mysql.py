@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests import target_events
+from tests.integration.shore_support import run_sql
 from tests.target_events import SHIP, SHORE, insert, update
 from tests.target_events import delete as delete_event
 from tidesync.cli import main as cli_main
@@ -27,17 +28,6 @@ PARTS_DDL = ("CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NU
              " qty INT NULL, code VARCHAR(10) NULL UNIQUE) ENGINE=InnoDB")
 
 
-def _run(instance: MariaDBInstance, database: str, *statements: str) -> list[tuple[Any, ...]]:
-    connection = instance.connect(database, autocommit=True)
-    try:
-        with connection.cursor() as cursor:
-            rows: list[tuple[Any, ...]] = []
-            for statement in statements:
-                cursor.execute(statement)
-                rows = list(cursor.fetchall())
-            return rows
-    finally:
-        connection.close()
 
 
 def _applier(instance: MariaDBInstance, **kw: Any) -> MySQLTargetApplier:
@@ -50,7 +40,7 @@ def shore_db(shore_mariadb: MariaDBInstance,
              make_mariadb_database: Callable[[MariaDBInstance], str]) -> str:
     """A database with an enabled `parts` table."""
     database = make_mariadb_database(shore_mariadb)
-    _run(shore_mariadb, database, PARTS_DDL)
+    run_sql(shore_mariadb, database, PARTS_DDL)
     connection = shore_mariadb.connect(database)
     try:
         enable_mysql_table(connection, database, "parts", SHORE)
@@ -67,14 +57,14 @@ def applier(shore_mariadb: MariaDBInstance) -> Iterator[MySQLTargetApplier]:
 
 
 def _row(instance: MariaDBInstance, database: str, key: int) -> tuple[Any, ...] | None:
-    rows = _run(instance, database,
+    rows = run_sql(instance, database,
                 "SELECT id, name, qty, _sync_revision, _sync_origin, _sync_event_id"
                 f" FROM parts WHERE id = {key}")
     return rows[0] if rows else None
 
 
 def _ledger_count(instance: MariaDBInstance, database: str) -> int:
-    return int(_run(instance, database, "SELECT COUNT(*) FROM _sync_applied")[0][0])
+    return int(run_sql(instance, database, "SELECT COUNT(*) FROM _sync_applied")[0][0])
 
 
 def _seed(applier: MySQLTargetApplier, database: str, key: int = 1,
@@ -92,7 +82,7 @@ def _seed(applier: MySQLTargetApplier, database: str, key: int = 1,
 
 def test_enable_adds_columns_backfills_and_is_idempotent(shore_mariadb, make_mariadb_database):
     database = make_mariadb_database(shore_mariadb)
-    _run(shore_mariadb, database, PARTS_DDL,
+    run_sql(shore_mariadb, database, PARTS_DDL,
          "INSERT INTO parts (id, name) VALUES (1, 'a'), (2, 'b')")
     connection = shore_mariadb.connect(database)
     try:
@@ -105,7 +95,7 @@ def test_enable_adds_columns_backfills_and_is_idempotent(shore_mariadb, make_mar
     assert first.changed and "back-filled 2 rows with fresh revisions" in first.actions
     assert not second.changed, second.actions
     assert state.enabled and state.trigger_node_ids() == {SHORE}
-    rows = _run(shore_mariadb, database,
+    rows = run_sql(shore_mariadb, database,
                 "SELECT _sync_revision, _sync_origin, _sync_event_id FROM parts ORDER BY id")
     assert len({revision for revision, _, _ in rows}) == 2
     assert all(Revision.parse(rev) and origin == SHORE and event_id is None
@@ -114,12 +104,12 @@ def test_enable_adds_columns_backfills_and_is_idempotent(shore_mariadb, make_mar
 
 def test_local_writes_get_fresh_metadata_and_remote_applies_keep_the_events(
         shore_mariadb, shore_db, applier):
-    _run(shore_mariadb, shore_db,
+    run_sql(shore_mariadb, shore_db,
          "INSERT INTO parts (id, name, _sync_revision, _sync_origin, _sync_event_id)"
          " VALUES (7, 'local', 'forged', 'someone', 'forged')")
     _, _, _, local_revision, origin, event_id = _row(shore_mariadb, shore_db, 7)
     assert Revision.parse(local_revision) and origin == SHORE and event_id is None
-    _run(shore_mariadb, shore_db, "UPDATE parts SET qty = 3, _sync_origin = 'x' WHERE id = 7")
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET qty = 3, _sync_origin = 'x' WHERE id = 7")
     _, _, _, updated_revision, origin, event_id = _row(shore_mariadb, shore_db, 7)
     assert updated_revision != local_revision and origin == SHORE and event_id is None
 
@@ -132,14 +122,14 @@ def test_local_writes_get_fresh_metadata_and_remote_applies_keep_the_events(
     assert (qty, stored_revision, origin, event_id) == (
         9, event.result_revision.text, SHIP, str(event.event_id))
     # A local write after the remote apply takes the row back as a new local change.
-    _run(shore_mariadb, shore_db, "UPDATE parts SET qty = 10 WHERE id = 8")
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET qty = 10 WHERE id = 8")
     _, _, _, stored_revision, origin, event_id = _row(shore_mariadb, shore_db, 8)
     assert stored_revision != event.result_revision.text and origin == SHORE and event_id is None
 
 
 def test_cli_enable_and_status(shore_mariadb, make_mariadb_database, monkeypatch, capsys):
     database = make_mariadb_database(shore_mariadb)
-    _run(shore_mariadb, database, PARTS_DDL)
+    run_sql(shore_mariadb, database, PARTS_DDL)
     for name, value in (("HOST", shore_mariadb.host), ("PORT", str(shore_mariadb.port)),
                         ("USER", shore_mariadb.user), ("NODE_ID", SHORE)):
         monkeypatch.setenv(f"TIDESYNC_TARGET__{name}", value)
@@ -174,7 +164,7 @@ def revision_uuid() -> Any:
 
 
 def test_insert_over_a_row_from_another_source_is_a_conflict(shore_mariadb, shore_db, applier):
-    _run(shore_mariadb, shore_db, "INSERT INTO parts (id, name) VALUES (1, 'shore-made')")
+    run_sql(shore_mariadb, shore_db, "INSERT INTO parts (id, name) VALUES (1, 'shore-made')")
     [outcome] = applier.apply_chunk([insert(shore_db, "parts", {"id": 1, "name": "ship-made"})])
     assert outcome.kind is TargetOutcomeKind.CONFLICT and outcome.reason_code == "ROW_EXISTS"
     assert outcome.current_row is not None and outcome.current_row["name"] == "shore-made"
@@ -195,7 +185,7 @@ def test_update_on_matching_base_writes_the_changed_columns(shore_mariadb, shore
 
 def test_update_on_mismatching_base_is_a_conflict_with_evidence(shore_mariadb, shore_db, applier):
     row, base = _seed(applier, shore_db)
-    _run(shore_mariadb, shore_db, "UPDATE parts SET qty = 50 WHERE id = 1")  # shore edits
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET qty = 50 WHERE id = 1")  # shore edits
     [outcome] = applier.apply_chunk([update(shore_db, "parts", row, {"qty": 2}, base=base)])
     assert outcome.kind is TargetOutcomeKind.CONFLICT
     assert outcome.reason_code == "REVISION_MISMATCH"
@@ -215,7 +205,7 @@ def test_delete_on_matching_base_is_applied(shore_mariadb, shore_db, applier):
 
 def test_delete_of_a_row_updated_meanwhile_is_a_conflict(shore_mariadb, shore_db, applier):
     row, base = _seed(applier, shore_db)
-    _run(shore_mariadb, shore_db, "UPDATE parts SET name = 'renamed' WHERE id = 1")
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET name = 'renamed' WHERE id = 1")
     [outcome] = applier.apply_chunk([delete_event(shore_db, "parts", row, base=base)])
     assert outcome.kind is TargetOutcomeKind.CONFLICT
     assert outcome.reason_code == "REVISION_MISMATCH"
@@ -249,7 +239,7 @@ def test_the_same_event_twice_is_already_applied_with_one_ledger_row(
     outcomes = applier.apply_chunk([twice_in_one_chunk, twice_in_one_chunk])
     assert [o.kind for o in outcomes] == [TargetOutcomeKind.APPLIED,
                                           TargetOutcomeKind.ALREADY_APPLIED]
-    rows = _run(shore_mariadb, shore_db, "SELECT event_id FROM _sync_applied")
+    rows = run_sql(shore_mariadb, shore_db, "SELECT event_id FROM _sync_applied")
     assert sorted(r[0] for r in rows).count(str(event.event_id)) == 1
     assert _ledger_count(shore_mariadb, shore_db) == 3
 
@@ -259,7 +249,7 @@ def test_a_replayed_insert_after_its_row_was_deleted_is_not_applied_again(
     row = {"id": 1, "name": "pump", "qty": 1}
     event = insert(shore_db, "parts", row)
     assert applier.apply_chunk([event])[0].kind is TargetOutcomeKind.APPLIED
-    _run(shore_mariadb, shore_db, "DELETE FROM parts WHERE id = 1")
+    run_sql(shore_mariadb, shore_db, "DELETE FROM parts WHERE id = 1")
     other = insert(shore_db, "parts", {"id": 2, "name": "valve"})
     outcomes = applier.apply_chunk([event, other])
     assert [o.kind for o in outcomes] == [TargetOutcomeKind.ALREADY_APPLIED,
@@ -308,9 +298,9 @@ def test_a_permanent_failure_mid_chunk_rejects_only_that_event(shore_mariadb, sh
 
 
 def test_rejection_reasons(shore_mariadb, shore_db, applier):
-    _run(shore_mariadb, shore_db, "CREATE TABLE plain (id INT PRIMARY KEY)")
+    run_sql(shore_mariadb, shore_db, "CREATE TABLE plain (id INT PRIMARY KEY)")
     row, _ = _seed(applier, shore_db, key=1)
-    _run(shore_mariadb, shore_db, "UPDATE parts SET code = 'C1' WHERE id = 1")
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET code = 'C1' WHERE id = 1")
     events = [
         update(shore_db, "parts", row, {"qty": 5}, base=None),
         insert(shore_db, "plain", {"id": 1}),
@@ -362,7 +352,7 @@ EXACT_ROW: dict[str, Any] = {
 
 
 def test_every_value_type_round_trips_exactly(shore_mariadb, shore_db, applier):
-    _run(shore_mariadb, shore_db, VALUES_DDL)
+    run_sql(shore_mariadb, shore_db, VALUES_DDL)
     connection = shore_mariadb.connect(shore_db)
     try:
         enable_mysql_table(connection, shore_db, "typed", SHORE)
@@ -414,7 +404,7 @@ def test_a_killed_connection_is_transient_and_the_applier_reconnects(
         shore_mariadb, shore_db, applier):
     _seed(applier, shore_db, key=1)
     connection_id = applier._connection.thread_id()
-    killer = threading.Thread(target=_run, args=(shore_mariadb, shore_db,
+    killer = threading.Thread(target=run_sql, args=(shore_mariadb, shore_db,
                                                  f"KILL CONNECTION {connection_id}"))
     killer.start()
     killer.join()
@@ -477,7 +467,7 @@ def test_a_conflict_or_a_replay_in_a_set_judges_each_event_as_one_by_one(
     row, base = seeded[2]
     replayed = update(shore_db, "parts", row, {"qty": 20}, base=base)
     assert applier.apply_chunk([replayed])[0].kind is TargetOutcomeKind.APPLIED
-    _run(shore_mariadb, shore_db, "UPDATE parts SET qty = 30 WHERE id = 3")  # shore edits
+    run_sql(shore_mariadb, shore_db, "UPDATE parts SET qty = 30 WHERE id = 3")  # shore edits
     attempts = _counting_sets(applier, monkeypatch)
     events = [replayed if key == 2 else update(shore_db, "parts", row, {"qty": key * 10},
                                                base=base)
@@ -551,7 +541,7 @@ def test_a_set_of_updates_locks_only_the_rows_its_events_name(
 def test_a_set_of_updates_on_a_table_keeping_binary_revisions(
         shore_mariadb, make_mariadb_database, applier, monkeypatch):
     database = make_mariadb_database(shore_mariadb)
-    _run(shore_mariadb, database,
+    run_sql(shore_mariadb, database,
          "CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL, qty INT NULL,"
          " _sync_revision BINARY(16) NOT NULL) ENGINE=InnoDB")
     connection = shore_mariadb.connect(database)
@@ -565,7 +555,7 @@ def test_a_set_of_updates_on_a_table_keeping_binary_revisions(
               for key, (row, base) in seeded.items()]
     assert [o.kind for o in applier.apply_chunk(events)] == [TargetOutcomeKind.APPLIED] * 3
     assert attempts == [True]
-    rows = _run(shore_mariadb, database, "SELECT id, qty, _sync_revision FROM parts ORDER BY id")
+    rows = run_sql(shore_mariadb, database, "SELECT id, qty, _sync_revision FROM parts ORDER BY id")
     assert rows == [(key, key * 10, event.result_revision.value)  # type: ignore[union-attr]
                     for key, event in zip(range(1, 4), events, strict=True)]
 
@@ -575,7 +565,7 @@ def test_a_set_of_updates_keyed_by_text_in_another_collation(
         shore_mariadb, make_mariadb_database, applier, collation):
     database = make_mariadb_database(shore_mariadb)
     charset = collation.split("_")[0]
-    _run(shore_mariadb, database,
+    run_sql(shore_mariadb, database,
          f"CREATE TABLE tags (code VARCHAR(20) CHARACTER SET {charset} COLLATE {collation}"
          " PRIMARY KEY, label VARCHAR(20) NOT NULL) ENGINE=InnoDB")
     connection = shore_mariadb.connect(database)
@@ -596,6 +586,6 @@ def test_a_set_of_updates_keyed_by_text_in_another_collation(
                     base=event.result_revision, key="code")
              for index, (code, event) in enumerate(zip(codes, events, strict=True))]
     assert [o.kind for o in applier.apply_chunk(again)] == [TargetOutcomeKind.APPLIED] * 4
-    rows = _run(shore_mariadb, database, "SELECT code, label, _sync_event_id FROM tags")
+    rows = run_sql(shore_mariadb, database, "SELECT code, label, _sync_event_id FROM tags")
     assert sorted(rows) == sorted((code, "w", str(event.event_id))
                                   for code, event in zip(codes, again, strict=True))

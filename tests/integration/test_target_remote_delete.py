@@ -7,10 +7,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.integration.shore_support import run_sql
 from tests.target_events import SHIP, SHORE, insert, revision
 from tests.target_events import delete as delete_event
 from tidesync.domain.change_event import Revision, tombstone_revision
@@ -26,30 +26,19 @@ GONE_DDL = ("CREATE TABLE gone (id BIGINT, revision VARCHAR(64), origin VARCHAR(
             " event_id VARCHAR(64))")
 
 
-def _mysql(instance: MariaDBInstance, database: str, *statements: str) -> list[tuple[Any, ...]]:
-    connection = instance.connect(database, autocommit=True)
-    try:
-        with connection.cursor() as cursor:
-            rows: list[tuple[Any, ...]] = []
-            for statement in statements:
-                cursor.execute(statement)
-                rows = list(cursor.fetchall())
-            return rows
-    finally:
-        connection.close()
 
 
 @pytest.fixture
 def mysql_db(shore_mariadb: MariaDBInstance,
              make_mariadb_database: Callable[[MariaDBInstance], str]) -> str:
     database = make_mariadb_database(shore_mariadb)
-    _mysql(shore_mariadb, database, PARTS_DDL + " ENGINE=InnoDB", GONE_DDL)
+    run_sql(shore_mariadb, database, PARTS_DDL + " ENGINE=InnoDB", GONE_DDL)
     connection = shore_mariadb.connect(database)
     try:
         enable_mysql_table(connection, database, "parts", SHORE)
     finally:
         connection.close()
-    _mysql(shore_mariadb, database,
+    run_sql(shore_mariadb, database,
            "CREATE TRIGGER parts_gone AFTER DELETE ON parts FOR EACH ROW INSERT INTO gone"
            " VALUES (OLD.id, OLD._sync_revision, OLD._sync_origin, OLD._sync_event_id)")
     return database
@@ -69,18 +58,18 @@ def test_mysql_remote_delete_marks_then_deletes(shore_mariadb, mysql_db):
         event = delete_event(mysql_db, "parts", row, seeded.result_revision)
         outcome = applier.apply_chunk([event])[0]
         assert outcome.kind is TargetOutcomeKind.APPLIED
-        assert _mysql(shore_mariadb, mysql_db, "SELECT id FROM parts") == []
+        assert run_sql(shore_mariadb, mysql_db, "SELECT id FROM parts") == []
         # The deleted row's before image carries the mark: the platform-write proof.
-        assert _mysql(shore_mariadb, mysql_db, "SELECT * FROM gone") == [
+        assert run_sql(shore_mariadb, mysql_db, "SELECT * FROM gone") == [
             (1, tombstone_revision(event.event_id).text, SHIP, str(event.event_id))]
-        ledger = _mysql(shore_mariadb, mysql_db, "SELECT event_id, origin_node_id"
+        ledger = run_sql(shore_mariadb, mysql_db, "SELECT event_id, origin_node_id"
                         " FROM _sync_applied ORDER BY applied_at")
         assert (str(event.event_id), SHIP) in ledger
         # The same event again: the ledger answers, nothing is written.
         again = applier.apply_chunk([event])[0]
         assert again.kind is TargetOutcomeKind.ALREADY_APPLIED
         assert again.reason_code == "IN_LEDGER"
-        assert len(_mysql(shore_mariadb, mysql_db, "SELECT * FROM gone")) == 1
+        assert len(run_sql(shore_mariadb, mysql_db, "SELECT * FROM gone")) == 1
     finally:
         applier.close()
 
@@ -105,12 +94,12 @@ def test_mysql_remote_delete_with_a_stale_base_is_a_conflict_and_keeps_the_row(
         assert first.current_revision == seeded.result_revision
         assert first.current_row is not None and first.current_row["name"] == "valve"
         assert second.kind is TargetOutcomeKind.APPLIED
-        rows = _mysql(shore_mariadb, mysql_db,
+        rows = run_sql(shore_mariadb, mysql_db,
                       "SELECT id, name, _sync_revision, _sync_event_id FROM parts")
         assert seeded.result_revision is not None
         assert rows == [(2, "valve", seeded.result_revision.text, str(seeded.event_id))]
-        assert _mysql(shore_mariadb, mysql_db, "SELECT id FROM gone") == [(3,)]
-        ledger = {r[0] for r in _mysql(shore_mariadb, mysql_db,
+        assert run_sql(shore_mariadb, mysql_db, "SELECT id FROM gone") == [(3,)]
+        ledger = {r[0] for r in run_sql(shore_mariadb, mysql_db,
                                        "SELECT event_id FROM _sync_applied")}
         assert str(stale.event_id) not in ledger and str(good.event_id) in ledger
     finally:
