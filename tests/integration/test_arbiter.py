@@ -296,3 +296,24 @@ def test_an_expired_auto_decide_lease_is_taken_over(shore, target_db, shore_mari
     case = setup.apps.conflicts.get_case(conflict_id)
     assert case.state is ConflictState.DISPATCHED
     assert case.lease["owner"] == "arb-1" and case.lease["taken_over_from"] == "dead-worker"
+
+
+def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
+        shore, target_db, shore_mariadb, downlink):
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
+                       Policy(PolicyName.SHORE_WINS))
+    missing_case, decision_id = uuid.uuid4(), uuid.uuid4()
+    record = RecordKey.of(setup.ship.database, "items", {"id": 9})
+    (issued,) = downlink.issue([NewCommand(
+        node_id=setup.ship.node_id, kind=CommandKind.CONFLICT_DECISION, source_id=decision_id,
+        payload=DecisionPayload(decision_id, missing_case, "table:x.items", None, record, None,
+                                {"name": "n", "qty": 1, "price": Decimal("1.00")},
+                                Revision(uuid.uuid4().bytes), "test"),
+        conflict_id=missing_case)])
+    ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_APPLIED)
+    conflict_id = concurrent_update(setup)
+
+    setup.arbiter.run_once()  # logs the unknown case, goes on with the rest
+
+    assert setup.apps.conflicts.get_case(conflict_id).state is ConflictState.DISPATCHED
+    assert [c.command_id for c in downlink.pending_follow_ups(10)] == [issued.command_id]

@@ -272,14 +272,23 @@ class Arbiter:
 
     def follow_up_acks(self) -> int:
         acked = self.downlink.pending_follow_ups(200)
+        done = []
         for command in acked:
-            if command.kind is CommandKind.CONFLICT_DECISION:
-                self._decision_answered(command)
-            elif command.result == "COMMAND_CONFLICT_REPORTED":
-                self._row_change_conflicted(command)
-        if acked:
-            self.downlink.mark_followed_up([c.command_id for c in acked])
-        return len(acked)
+            try:
+                if command.kind is CommandKind.CONFLICT_DECISION:
+                    self._decision_answered(command)
+                elif command.result == "COMMAND_CONFLICT_REPORTED":
+                    self._row_change_conflicted(command)
+            except IntegrityError:
+                continue  # The case moved meanwhile: the next round reads it again.
+            except Exception:
+                log.exception("following up command %s failed; trying again later",
+                              command.command_id)
+                continue
+            done.append(command.command_id)
+        if done:
+            self.downlink.mark_followed_up(done)
+        return len(done)
 
     def _row_change_conflicted(self, command: AckedCommand) -> None:
         payload = command.payload

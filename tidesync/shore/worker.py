@@ -83,7 +83,10 @@ class ShoreWorker:
             if count == 0:
                 break
         if self.arbiter is not None:
-            applied += self.arbiter.run_once()
+            try:
+                applied += self.arbiter.run_once()
+            except Exception:  # the store or target is down: applying goes on, so does this
+                log.exception("conflict arbitration failed this round; trying again")
         for runner in self.projections:
             try:
                 runner.run_until_idle()
