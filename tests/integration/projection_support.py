@@ -212,7 +212,7 @@ def save_synthetic_jobs(apps: ShoreApps, node_id: str, jobs: int, per_job: int,
     the newest (event id, tombstone)."""
     from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
     from tidesync.domain.change_event import RecordKey
-    from tidesync.projections.record_head import key_digest
+    from tidesync.domain.conflict_case import key_digest
 
     rule = f"table:{node_id}.bulk"
     newest: dict[str, tuple[str, bool]] = {}

@@ -12,10 +12,9 @@ import pytest
 
 from tests.integration.projection_support import read_side, run_scenario, shore_apps
 from tests.integration.shore_support import migrated_pool, pg_rows
-from tidesync.domain.conflict_case import DecisionSide, record_key_digest, rule_for
+from tidesync.domain.conflict_case import DecisionSide, key_digest, record_key_digest, rule_for
 from tidesync.domain.node import node_uuid
 from tidesync.projections.history import state_at
-from tidesync.projections.record_head import key_digest
 
 pytestmark = pytest.mark.services
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tidesync.config import Config, ConfigError, load_config
 from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
 from tidesync.domain.change_event import Operation, RecordKey, SourceCoordinates, event_id_for
-from tidesync.domain.conflict_case import ConflictCase, rule_for
+from tidesync.domain.conflict_case import ConflictCase, key_digest, rule_for
 from tidesync.projections.backlog import wire_facts
 from tidesync.projections.catalogue import default_catalogue, render_credentials, render_results
 from tidesync.projections.conflict_center import (
@@ -27,7 +27,7 @@ from tidesync.projections.conflict_center import (
 )
 from tidesync.projections.history import FieldChange, _diff
 from tidesync.projections.operations import OperatorAction, OperatorActionError
-from tidesync.projections.record_head import RecordHeadProjection, key_digest, record_location
+from tidesync.projections.record_head import RecordHeadProjection, record_location
 from tidesync.projections.registry import ViewSettings
 from tidesync.projections.states import StreamStates, digest, plain, state_digest
 from tidesync.wire.codec import NameTable, build_batch

@@ -14,7 +14,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.change_event import ChangeEvent, Revision, tombstone_revision
+from tidesync.domain.change_event import ChangeEvent, RecordKey, Revision, tombstone_revision
 from tidesync.domain.values import Value, canonical_value
 
 CONFLICT_NAMESPACE = uuid.UUID("7e4f2a18-93c5-5b61-a0d2-4c8e6f1b3a97")
@@ -92,14 +92,23 @@ class ConflictRefused(Exception):
         self.message = message
 
 
+def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
+    """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
+    return rule_id or f"table:{record.database}.{record.table}"
+
+
 def rule_for(event: ChangeEvent) -> str:
-    """The rule an event belongs to; without a rule runtime, one implicit rule per table."""
-    return event.rule_id or f"table:{event.database}.{event.table}"
+    return rule_for_record(event.record, event.rule_id)
+
+
+def key_digest(rule_id: str, canonical_key: str) -> str:
+    """sha256 hex of rule + canonical record key (`RecordKey.canonical()`): safe to log and
+    index (no key values); conflict cases and record_head carry it."""
+    return hashlib.sha256(f"{rule_id}\x1f{canonical_key}".encode()).hexdigest()
 
 
 def record_key_digest(rule_id: str, event: ChangeEvent) -> str:
-    """A stable digest of rule + record key: safe to log and index (no key values)."""
-    return hashlib.sha256(f"{rule_id}\x1f{event.record.canonical()}".encode()).hexdigest()
+    return key_digest(rule_id, event.record.canonical())
 
 
 def active_conflict_key(rule_id: str, key_digest: str, current: Revision | None,

@@ -14,6 +14,7 @@ from typing import Any
 from eventsourcing.application import Application
 from eventsourcing.utils import Environment
 
+from tidesync.domain.conflict_case import key_digest
 from tidesync.projections.audit import AuditProjection
 from tidesync.projections.backlog import BacklogProjection, BacklogRefresher
 from tidesync.projections.conflict_center import (
@@ -25,7 +26,7 @@ from tidesync.projections.engine import Projection
 from tidesync.projections.node_overview import NodeHeartbeatRefresher, NodeOverviewProjection
 from tidesync.projections.operations import OperationsApplication
 from tidesync.projections.receipts import ReceiptsProjection
-from tidesync.projections.record_head import RecordHeadProjection, key_digest
+from tidesync.projections.record_head import RecordHeadProjection
 from tidesync.projections.registry import (
     AggregateKind,
     ApplicationSpec,

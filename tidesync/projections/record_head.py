@@ -6,11 +6,11 @@ Informational: conflict detection relies on the compare-and-set on the target ro
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 from tidesync.domain.apply_job import ApplyJob, EventResult
+from tidesync.domain.conflict_case import key_digest
 from tidesync.projections.engine import Cursor, Events, event_topic
 
 _DECODER = json.JSONDecoder()
@@ -19,11 +19,6 @@ _APPLIED = EventResult.APPLIED.value
 # Rows of FinalResult.as_row(): event_id, result, reason, conflict_id, result_revision,
 # position, rule_id, record_key, operation.
 _EVENT_ID, _RESULT, _REVISION, _RULE, _KEY, _OPERATION = 0, 1, 4, 6, 7, 8
-
-
-def key_digest(rule_id: str, record_key: str) -> str:
-    """sha256 hex of rule + canonical record key: the digest conflict cases carry."""
-    return hashlib.sha256(f"{rule_id}\x1f{record_key}".encode()).hexdigest()
 
 
 def record_location(record_key: str) -> tuple[str, str]:

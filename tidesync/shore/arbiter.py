@@ -40,6 +40,8 @@ from tidesync.domain.conflict_case import (
     ConflictState,
     DecisionSide,
     image_evidence,
+    key_digest,
+    rule_for_record,
 )
 from tidesync.domain.downlink_command import CommandKind, DecisionPayload, RowChangePayload
 from tidesync.domain.evidence import decode_value
@@ -49,8 +51,6 @@ from tidesync.shore.conflict_capture import (
     ActiveConflicts,
     capture_conflict,
     decided_revision_statements,
-    key_digest,
-    rule_for_record,
 )
 from tidesync.shore.conflicts import (
     PostgresRecordKeys,
@@ -349,8 +349,9 @@ class Arbiter:
             "captured_at": None,
         }
         conflict_id, recorded = capture_conflict(
-            self.conflicts, self.active, rule_id=rule_id, digest=key_digest(rule_id, record),
-            database=record.database, table=record.table, rule_version=None,
+            self.conflicts, self.active, rule_id=rule_id,
+            digest=key_digest(rule_id, record.canonical()), database=record.database,
+            table=record.table, rule_version=None,
             current=shore_revision, incoming=command.local_revision, evidence=evidence,
             actor=f"node:{command.node_id}", reason=reason)
         if not recorded:

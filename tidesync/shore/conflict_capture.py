@@ -7,7 +7,6 @@ reports of one concurrent update meet in the same case.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -16,7 +15,7 @@ from typing import Protocol
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 
-from tidesync.domain.change_event import RecordKey, Revision
+from tidesync.domain.change_event import Revision
 from tidesync.domain.conflict_case import ConflictCase, active_conflict_key, conflict_id_for
 from tidesync.shore.apps import ConflictCases, Statement
 
@@ -49,16 +48,6 @@ def decided_revision_statements(case: ConflictCase) -> list[Statement]:
              " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
              (case.rule_id, case.key_digest, uuid.UUID(revision), case.id))
             for revision in sorted(weighed_revisions(case))]
-
-
-def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
-    """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
-    return rule_id or f"table:{record.database}.{record.table}"
-
-
-def key_digest(rule_id: str, record: RecordKey) -> str:
-    """A stable digest of rule + record key: safe to log and index (no key values)."""
-    return hashlib.sha256(f"{rule_id}\x1f{record.canonical()}".encode()).hexdigest()
 
 
 def capture_conflict(conflicts: ConflictCases, active: ActiveConflicts, *, rule_id: str,

@@ -7,7 +7,6 @@ lets the aggregate decide, and saves; the answer carries the position to wait on
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import uuid
@@ -27,6 +26,7 @@ from tidesync.domain.conflict_case import (
     ConflictRefusal,
     ConflictRefused,
     DecisionSide,
+    key_digest,
 )
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
@@ -206,7 +206,7 @@ class PostgresRecordKeys:
     def record_key(self, case: ConflictCase) -> RecordKey:
         for candidate in [*self._from_record_head(case), *self._from_inbox(case),
                           *self._from_commands(case)]:
-            if _key_digest(case.rule_id, candidate) == case.key_digest:
+            if key_digest(case.rule_id, candidate.canonical()) == case.key_digest:
                 return candidate
         raise RevisionUnavailable("the record key is no longer on record")
 
@@ -264,10 +264,6 @@ class PostgresRecordKeys:
             with contextlib.suppress(EvidenceValueError):
                 keys.append(parse_record_key(str(text)))
         return keys
-
-
-def _key_digest(rule_id: str, key: RecordKey) -> str:
-    return hashlib.sha256(f"{rule_id}\x1f{key.canonical()}".encode()).hexdigest()
 
 
 class TargetRevisionReader:
