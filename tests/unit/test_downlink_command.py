@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidesync.cdc.platform_writes import UNREADABLE, platform_event_id
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -31,7 +32,7 @@ from tidesync.domain.downlink_command import (
 )
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.shore.downlink import BadCursor, parse_cursor
-from tidesync.shore.shore_cdc import UNREADABLE, platform_event_id, row_change_payload
+from tidesync.shore.shore_cdc import row_change_payload
 
 UTC = dt.UTC
 KEY = RecordKey.of("fleet", "parts", {"id": 7, "site": "B"})

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from tidesync.cdc.debezium import Block, Normalized, Outcome
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
+from tidesync.cdc.platform_writes import platform_event_id
+from tidesync.domain.change_event import ChangeEvent, Operation
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -244,42 +245,14 @@ def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
 
 
 def platform_write_id(event: ChangeEvent) -> bytes | None:
-    """The 16-byte id of the platform write this change is, or None for a local business write.
-
-    Only for tables synced both ways (§12): an INSERT/UPDATE whose after image has a non-NULL
-    _sync_event_id X, or a DELETE whose before image has _sync_event_id X and _sync_revision
-    = tombstone_revision(X) (the "mark then delete" of a remote DELETE), was written by the
-    platform with event id X. A local DELETE of a row last written remotely keeps the old X but
-    not the tombstone revision, so it is a local change. b"" when X is not a readable id (it
-    can then never be proven).
-    """
-    if event.operation in (Operation.INSERT, Operation.UPDATE):
-        raw = None if event.after is None else event.after.get(EVENT_ID_COLUMN)
-        return None if raw is None else _id_bytes(raw)
-    if event.operation is Operation.DELETE and event.before is not None:
-        raw = event.before.get(EVENT_ID_COLUMN)
-        if raw is None:
-            return None
-        found = _id_bytes(raw)
-        revision = event.before.get(REVISION_COLUMN)
-        if not found or not isinstance(revision, str | bytes):
-            return None
-        try:
-            marked = Revision.parse(revision)
-        except ValueError:
-            return None
-        if marked == tombstone_revision(uuid.UUID(bytes=found)):
-            return found
-    return None
-
-
-def _id_bytes(raw: object) -> bytes:
-    try:
-        if isinstance(raw, bytes) and len(raw) == 16:
-            return raw
-        return uuid.UUID(str(raw.decode() if isinstance(raw, bytes) else raw)).bytes
-    except (ValueError, UnicodeDecodeError):
-        return b""
+    """The 16-byte id of the platform write this change is (see
+    `tidesync.cdc.platform_writes`), or None for a local business write; b"" when its
+    `_sync_event_id` is not a readable id (it can then never be proven). A delete whose id
+    cannot be read cannot carry the tombstone mark of that id, so it is a local delete."""
+    found = platform_event_id(event)
+    if isinstance(found, uuid.UUID):
+        return found.bytes
+    return None if found is None or event.operation is Operation.DELETE else b""
 
 
 def _micros(moment: dt.datetime | None) -> int | None:

@@ -26,15 +26,16 @@ from tidesync.cdc.kafka import (
     QueueUnavailable,
     parse_options,
 )
+from tidesync.cdc.platform_writes import platform_event_id
 from tidesync.config import Config
-from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
+from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.conflict_case import is_sync_column
 from tidesync.domain.downlink_command import CommandKind, RowChangePayload
-from tidesync.domain.values import Value, frozen_row
+from tidesync.domain.values import frozen_row
 from tidesync.migrations import MigrationError
 from tidesync.shore.apps import Statement
 from tidesync.shore.downlink import DownlinkService, DownlinkUnavailable, NewCommand
-from tidesync.target.contract import EVENT_ID_COLUMN, REVISION_COLUMN, TargetError
+from tidesync.target.contract import TargetError
 
 log = logging.getLogger(__name__)
 
@@ -68,45 +69,6 @@ class AppliedLedger(Protocol):
     """The shore target's record of event ids the platform applied (`_sync_applied`)."""
 
     def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]: ...
-
-
-class _Unreadable:
-    """A platform event id column that is not a UUID: its origin cannot be proven."""
-
-
-UNREADABLE = _Unreadable()
-
-
-def platform_event_id(event: ChangeEvent) -> uuid.UUID | _Unreadable | None:
-    """The event id X when this change was written by the platform (§12): an INSERT/UPDATE
-    whose after image has _sync_event_id = X, or a DELETE whose before image has
-    _sync_event_id = X and _sync_revision = tombstone_revision(X); None for a local change."""
-    if event.operation is Operation.DELETE:
-        before = event.before or {}
-        event_id = _uuid(before.get(EVENT_ID_COLUMN))
-        if not isinstance(event_id, uuid.UUID):
-            return event_id
-        revision = _revision(before.get(REVISION_COLUMN))
-        return event_id if revision == tombstone_revision(event_id) else None
-    return _uuid((event.after or {}).get(EVENT_ID_COLUMN))
-
-
-def _uuid(raw: Value) -> uuid.UUID | _Unreadable | None:
-    if raw is None:
-        return None
-    try:
-        if isinstance(raw, bytes) and len(raw) == 16:
-            return uuid.UUID(bytes=raw)
-        return uuid.UUID(raw.decode("ascii") if isinstance(raw, bytes) else str(raw))
-    except (ValueError, UnicodeDecodeError):
-        return UNREADABLE
-
-
-def _revision(raw: Value) -> Revision | None:
-    try:
-        return Revision.parse(raw) if isinstance(raw, str | bytes) else None
-    except ValueError:
-        return None
 
 
 def row_change_payload(event: ChangeEvent, origin_node_id: str) -> RowChangePayload:
