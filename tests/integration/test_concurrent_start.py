@@ -19,7 +19,7 @@ pytestmark = pytest.mark.services
 def test_applications_created_concurrently_on_fresh_tables_all_start(pg_database):
     env = event_store_env(make_config(pg_database).event_store)
     failures: list[BaseException] = []
-    for _ in range(5):
+    for _ in range(20):
         name = f"race_{secrets.token_hex(4)}"  # tables no one has created yet
         barrier = threading.Barrier(6)
 

@@ -6,6 +6,7 @@ events, so an index table (the inbox) never disagrees with the streams it summar
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,16 +23,22 @@ from tidesync.domain.conflict_case import ConflictCase
 from tidesync.domain.downlink_command import DownlinkCommand
 
 Statement = tuple[str, Sequence[object]]
-_CREATE_ATTEMPTS = 5
+_CREATE_ATTEMPTS = 8
+# One lock for every tidesync process creating event tables in a database: creating tables,
+# indexes and the insert function is serialised, so nobody meets a half-made catalog row.
+_CREATE_LOCK_KEY = 0x7469646573796E63  # "tidesync"
 
 
 class PostgresStatementsRecorder(PostgresApplicationRecorder):
     """Runs caller-supplied statements inside the event insert transaction.
 
-    Also creates its tables safely when several processes start at once on a fresh database:
-    two concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide in PostgreSQL's
-    catalog (a unique violation) instead of one of them finding the table; once the other has
-    committed, trying again finds it.
+    Also creates its tables safely when several processes start at once on a fresh database.
+    Concurrent `CREATE TABLE IF NOT EXISTS` of one table can collide in PostgreSQL's catalog
+    (a unique violation), and concurrent `CREATE OR REPLACE FUNCTION` can fail with "tuple
+    concurrently updated". The creating transaction therefore first takes a transaction-level
+    advisory lock, so the second process finds what the first made; the composite types the
+    library creates in transactions of their own are covered by trying again after a jittered
+    pause.
     """
 
     def create_table(self) -> None:
@@ -42,7 +49,11 @@ class PostgresStatementsRecorder(PostgresApplicationRecorder):
             except PersistenceError:
                 if attempt == _CREATE_ATTEMPTS - 1:
                     raise
-                time.sleep(0.05 * (attempt + 1))
+                time.sleep(0.05 * (attempt + 1) * (1 + random.random()))  # noqa: S311
+
+    def _create_table(self, curs: Cursor[DictRow]) -> None:
+        curs.execute("SELECT pg_advisory_xact_lock(%s)", (_CREATE_LOCK_KEY,))
+        super()._create_table(curs)
 
     def _insert_events(self, curs: Cursor[DictRow], stored_events: Sequence[StoredEvent],
                        **kwargs: Any) -> None:
