@@ -29,7 +29,7 @@ from tidesync.ship.transport import (
 )
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.signing import NODE_HEADER, SIGNATURE_HEADER
+from tidesync.wire.signing import NODE_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER
 
 SECRET = bytes(range(32))
 NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -54,12 +54,16 @@ class Stub(http.server.BaseHTTPRequestHandler):
         if status == -1:  # answer too late
             Stub.delay.wait(1.5)
             return
+        then_hang_up = headers.pop(HANG_UP, None) is not None
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
+        if then_hang_up:  # as a server closing a kept-alive connection once it is idle
+            self.wfile.flush()
+            self.close_connection = True
 
     do_GET = do_POST = _answer
 
@@ -67,9 +71,13 @@ class Stub(http.server.BaseHTTPRequestHandler):
         pass
 
 
+HANG_UP = "x-stub-hang-up-after"  # scripted: answer (keeping alive), then close silently
+
+
 @contextmanager
-def stub(*script: tuple[int, dict[str, str], bytes]) -> Iterator[str]:
+def stub(*script: tuple[int, dict[str, str], bytes], keep_alive: bool = False) -> Iterator[str]:
     Stub.script, Stub.seen = list(script), []
+    Stub.protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
@@ -154,6 +162,21 @@ def test_dropped_connections_and_timeouts_are_link_down() -> None:
     assert slow.value.reason == "TIMEOUT"
     with pytest.raises(LinkDown):  # nothing listens
         link("http://127.0.0.1:9", timeout=0.5).upload(batch())
+
+
+def test_a_kept_alive_connection_closed_by_the_shore_is_reopened_once() -> None:
+    beat = codec.compress(pb.HeartbeatResponse())
+    with stub((200, {HANG_UP: "1"}, beat), (200, {}, beat), (200, {HANG_UP: "1"}, beat),
+              (0, {}, b""), keep_alive=True) as url:
+        shore = link(url)
+        shore.heartbeat(pb.Heartbeat())
+        shore.heartbeat(pb.Heartbeat())  # the first connection is gone: a new one answers
+        shore.heartbeat(pb.Heartbeat())
+        with pytest.raises(LinkDown):  # a new connection that fails is not tried again
+            shore.heartbeat(pb.Heartbeat())
+    assert len(Stub.seen) == 4
+    request_ids = {headers[REQUEST_ID_HEADER] for _, _, headers, _ in Stub.seen}
+    assert len(request_ids) == 4
 
 
 def test_the_retry_schedule_is_full_jitter_with_a_retry_after_floor() -> None:

@@ -67,6 +67,10 @@ class LinkDown(LinkError):
     """No answer: connection refused or reset, DNS, TLS or a timeout. Always retried."""
 
 
+class _ConnectionClosed(LinkDown):
+    """The peer hung up or reset the connection under the request."""
+
+
 class ShoreRefused(LinkError):
     """The shore answered with an error status and (normally) an ErrorResponse."""
 
@@ -158,8 +162,23 @@ class HttpShoreLink:
             self._connection = None
 
     def _request(self, method: str, target: str, body: bytes) -> bytes:
-        """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused."""
+        """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused.
+
+        A kept-alive connection the shore has meanwhile closed as idle fails on first use;
+        that one failure is not a link problem, so the request goes once more on a new
+        connection (signed afresh: every request id is used once). Every request here is
+        idempotent on the shore (batches by event id, acks by command), so a request that did
+        arrive before the close is answered the same way again."""
         target = self.prefix + target
+        reused = self._connection is not None
+        try:
+            return self._send(method, target, body)
+        except _ConnectionClosed:
+            if not reused:
+                raise
+        return self._send(method, target, body)
+
+    def _send(self, method: str, target: str, body: bytes) -> bytes:
         headers = {"Content-Type": PROTOBUF, "Content-Encoding": "zstd",
                    "Accept-Encoding": "zstd",
                    codec.PROTOCOL_VERSION_HEADER: codec.PROTOCOL_VERSION,
@@ -177,6 +196,11 @@ class HttpShoreLink:
         except TimeoutError as error:
             self.close()
             raise LinkDown(LinkReason.TIMEOUT, f"{method} timed out") from error
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                ConnectionAbortedError) as error:
+            self.close()
+            raise _ConnectionClosed(LinkReason.NETWORK_ERROR,
+                                    f"{method} failed: {type(error).__name__}") from error
         except (OSError, http.client.HTTPException) as error:
             self.close()
             raise LinkDown(LinkReason.NETWORK_ERROR,
