@@ -34,6 +34,7 @@ from tidesync.domain.conflict_case import ConflictState, DecisionSide
 from tidesync.domain.downlink_command import CommandKind, DecisionPayload, RowChangePayload
 from tidesync.shore.arbiter import Arbiter, ArbiterSettings
 from tidesync.shore.conflicts import (
+    CaseChanged,
     ConflictService,
     Decision,
     PostgresRecordKeys,
@@ -317,3 +318,58 @@ def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
 
     assert setup.apps.conflicts.get_case(conflict_id).state is ConflictState.DISPATCHED
     assert [c.command_id for c in downlink.pending_follow_ups(10)] == [issued.command_id]
+
+
+class ReportJoinsWhileDeciding:
+    """Reads revisions as the real reader does; on its first read (after the service read the
+    case, before it saves) a ship's report joins the case, as happens in a running fleet."""
+
+    def __init__(self, reader, join) -> None:
+        self.reader, self.join, self.joined = reader, join, False
+
+    def current_revision(self, case):
+        if not self.joined:
+            self.joined = True
+            self.join()
+        return self.reader.current_revision(case)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_report_joining_while_a_person_decides(shore, target_db, shore_mariadb, downlink,
+                                                 pinned):
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
+                       Policy(PolicyName.MANUAL))
+    conflict_id = concurrent_update(setup)
+    setup.arbiter.run_once()
+    shore_row = items(setup.conn)[1]
+    ship_row, ship_revision = setup.ship.rows[1]
+    record = RecordKey.of(setup.ship.database, "items", {"id": 1})
+    shore_event = uuid.uuid4()
+
+    def ship_reports() -> None:
+        (issued,) = downlink.issue([NewCommand(
+            node_id=setup.ship.node_id, kind=CommandKind.ROW_CHANGE, source_id=shore_event,
+            payload=RowChangePayload(record, Operation.UPDATE,
+                                     {"name": "anchor", "qty": 30, "price": Decimal("10.50")},
+                                     ship_revision, Revision.parse(shore_row[3]),
+                                     SHORE_NODE, shore_event))])
+        ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_CONFLICT_REPORTED,
+            reason="REVISION_MISMATCH", local=ship_revision,
+            row={k: v for k, v in ship_row.items() if k != "id"})
+        setup.arbiter.follow_up_acks()
+
+    looked_at = setup.apps.conflicts.get_case(conflict_id)
+    assert looked_at.state is ConflictState.PENDING_MANUAL
+    service = ConflictService(setup.apps.conflicts,
+                              ReportJoinsWhileDeciding(setup.service.revisions, ship_reports))
+    decision = Decision(conflict_id, DecisionSide.SHORE, "shore count", "user:bob",
+                        expected_version=looked_at.version if pinned else None)
+
+    if pinned:  # the approver saw one evidence; there are two now: they must look again
+        with pytest.raises(CaseChanged):
+            service.decide(decision)
+    else:  # decided on the case as it is now, with both reports in it
+        service.decide(decision)
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert len(case.evidence) == 2
+    assert case.state is (ConflictState.PENDING_MANUAL if pinned else ConflictState.DECIDED)

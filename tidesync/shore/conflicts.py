@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 DECISION_NAMESPACE = uuid.UUID("b4d07c2e-5a19-5e83-9f6b-1c3e7a2d4f80")
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
+# How often a command without an expected version reads a case again after it moved on.
+_SAVE_ATTEMPTS = 3
 
 
 class ConflictCommandError(Exception):
@@ -122,27 +124,36 @@ class ConflictService:
 
     def decide(self, decision: Decision) -> ConflictOutcome:
         """Raises ConflictRefused (the case's rules) or ConflictCommandError."""
-        case = self.case(decision.conflict_id)
         decision_id = self._decision_id(decision)
-        if case.decision is not None and case.decision.get("decision_id") == decision_id:
-            return self._outcome(case, None)  # The same request again: already recorded.
-        _check_version(case, decision.expected_version)
-        current = self.revisions.current_revision(case)
-        case.decide(decision_id, decision.side, decision.replacement, current,
-                    str(self.new_uuid()), decision.actor, decision.reason, decision.trace_id)
-        # The arbiter in `shore work` applies and dispatches it next.
-        return self._save(case, [("UPDATE active_conflict SET due_at = now()"
-                                  " WHERE conflict_id = %s", (case.id,)),
-                                 *decided_revision_statements(case)])
+
+        def attempt() -> ConflictOutcome:
+            case = self.case(decision.conflict_id)
+            if case.decision is not None and case.decision.get("decision_id") == decision_id:
+                return self._outcome(case, None)  # The same request again: already recorded.
+            _check_version(case, decision.expected_version)
+            current = self.revisions.current_revision(case)
+            case.decide(decision_id, decision.side, decision.replacement, current,
+                        str(self.new_uuid()), decision.actor, decision.reason,
+                        decision.trace_id)
+            # The arbiter in `shore work` applies and dispatches it next.
+            return self._save(case, [("UPDATE active_conflict SET due_at = now()"
+                                      " WHERE conflict_id = %s", (case.id,)),
+                                     *decided_revision_statements(case)])
+
+        return _again_if_moved_on(attempt, decision.expected_version)
 
     def cancel(self, conflict_id: uuid.UUID, actor: str, reason: str,
                expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:
         """Cancel the case and free its rule + record key for a new active conflict."""
-        case = self.case(conflict_id)
-        _check_version(case, expected_version)
-        case.cancel(actor, reason, trace_id)
-        return self._save(case, [("DELETE FROM active_conflict WHERE conflict_id = %s",
-                                  (case.id,))])
+
+        def attempt() -> ConflictOutcome:
+            case = self.case(conflict_id)
+            _check_version(case, expected_version)
+            case.cancel(actor, reason, trace_id)
+            return self._save(case, [("DELETE FROM active_conflict WHERE conflict_id = %s",
+                                      (case.id,))])
+
+        return _again_if_moved_on(attempt, expected_version)
 
     def _decision_id(self, decision: Decision) -> str:
         if decision.decision_key is None:
@@ -186,6 +197,21 @@ def replacement_from_text(case: ConflictCase,
         except EvidenceValueError as error:
             raise ConflictCommandError("INVALID_VALUE", f"column {column}: {error}") from None
     return values
+
+
+def _again_if_moved_on(attempt: Callable[[], ConflictOutcome],
+                       expected_version: int | None) -> ConflictOutcome:
+    """Run a command on the case. With `expected_version` the case must still be the one the
+    approver looked at. Without it, a case that moved on between reading and saving (a ship's
+    report joined it) is read again and the command re-checked; only a case that keeps moving
+    is refused with CASE_CHANGED."""
+    for _ in range(_SAVE_ATTEMPTS - 1):
+        try:
+            return attempt()
+        except CaseChanged:
+            if expected_version is not None:
+                raise
+    return attempt()
 
 
 def _check_version(case: ConflictCase, expected: int | None) -> None:
