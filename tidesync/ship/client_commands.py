@@ -1,6 +1,7 @@
 """`tidesync ship run` (the uplink client loop) and `tidesync ship status` (its state store).
 
 Both read the `[ship]` section of the configuration; `status` only reads the SQLite file.
+`run` holds the state store's lock while it runs (one client per state store).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tidesync.config import load_config
 
 if TYPE_CHECKING:
+    from tidesync.config import Config
     from tidesync.ship.state import SQLiteShipState
 
 
@@ -36,10 +38,21 @@ def add_client_commands(
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tidesync.ship.client import build_client
+    from tidesync.ship.run_lock import StateInUse, exclusive
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
+    try:
+        with exclusive(config.ship.state_path, "ship run"):
+            return _run_client(args, config)
+    except StateInUse as error:
+        print(f"tidesync: {error}; one `ship run` per state store", file=sys.stderr)
+        return 1
+
+
+def _run_client(args: argparse.Namespace, config: Config) -> int:
+    from tidesync.ship.client import build_client
+
     client = build_client(config.ship, ship_target=config.ship_target)
     if not config.ship_target.enabled:
         logging.getLogger(__name__).info(
