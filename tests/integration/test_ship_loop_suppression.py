@@ -10,6 +10,7 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +75,9 @@ def test_captured_remote_applies_are_not_uploaded_and_local_edits_are(
 
         config = ShipConfig(node_id=SHIP_NODE, kafka_bootstrap_servers=bootstrap,
                             bidirectional_tables=f"{ship_db}.items")
-        queue = KafkaQueue(QueueSettings(bootstrap, f"loop-{secrets.token_hex(4)}",
-                                         rf"^{re.escape(name)}\."))
-        consumer = QueueConsumer(queue, normalizer_for(config), world.state, 0)
         sendable: list[ChangeEvent] = []
-        try:
-            deadline = time.monotonic() + 60
-            while _rows(world) < 7:
-                assert time.monotonic() < deadline, "the captured records did not arrive"
-                consumer.refresh()
-                sendable += consumer.poll(500, 0.2).sendable
-        finally:
-            queue.close()
+        consume(world, name, bootstrap, config, sendable=sendable,
+                until=lambda: _rows(world) >= 7)
 
         uploaded = sorted((e.operation.value, e.primary_key["id"]) for e in sendable)
         assert uploaded == [("INSERT", 10), ("UPDATE", 1)]
@@ -114,9 +106,48 @@ def test_captured_remote_applies_are_not_uploaded_and_local_edits_are(
         assert report["downlink"]["commands_by_result"] == {"COMMAND_APPLIED": 3}
         assert report["blocked_reasons"] == {"ORIGIN_UNPROVEN": 1}
         assert [b["reason"] for b in report["blocked"]] == ["ORIGIN_UNPROVEN"]
+
+        # A local edit of that row waits behind it. An operator who knows the stray write
+        # came from the shore expires it; the edit goes up once the client reads again from
+        # the checkpoint (as after a restart), and nothing else is sent twice.
+        run_sql(ship_mariadb, ship_db, "UPDATE items SET qty = 5 WHERE id = 9")
+        run_until_caught_up(ship_mariadb, ship_db, bootstrap, position_path, name, 9301)
+        consume(world, name, bootstrap, config, until=lambda: _rows(world) == 8)
+        assert world.state.blocked_reasons() == {"ORIGIN_UNPROVEN": 1,
+                                                 "BEHIND_BLOCKED_RECORD": 1}
+        (unproven,) = [b for b in world.state.blocked_records() if b.reason == "ORIGIN_UNPROVEN"]
+        done = world.state.expire_blocked(unproven.topic, unproven.partition, unproven.offset,
+                                          actor="user:ana", reason="restored from a backup")
+        assert done.released == 1 and world.state.blocked_reasons() == {}
+
+        resent: list[ChangeEvent] = []
+        consume(world, name, bootstrap, config, sendable=resent,
+                until=lambda: any(e.primary_key["id"] == 9 for e in resent))
+        edit = next(e for e in resent if e.primary_key["id"] == 9)
+        assert edit.operation is Operation.UPDATE and edit.source_sequence is None
+        assert edit.after is not None and edit.after["qty"] == 5
     finally:
         world.downlink.applier.target.close()
         world.state.close()
+
+
+def consume(world: Any, name: str, bootstrap: str, config: ShipConfig, *,
+            until: Callable[[], bool], sendable: list[ChangeEvent] | None = None) -> None:
+    """A new consumer on the ship state (as a restarted client: from the checkpoint) polls
+    until `until()`; what it would send is appended to `sendable`."""
+    queue = KafkaQueue(QueueSettings(bootstrap, f"loop-{secrets.token_hex(4)}",
+                                     rf"^{re.escape(name)}\."))
+    consumer = QueueConsumer(queue, normalizer_for(config), world.state, 0)
+    try:
+        deadline = time.monotonic() + 60
+        while not until():
+            assert time.monotonic() < deadline, "the captured records did not arrive"
+            consumer.refresh()
+            polled = consumer.poll(500, 0.2).sendable
+            if sendable is not None:
+                sendable += polled
+    finally:
+        queue.close()
 
 
 def _rows(world: Any) -> int:

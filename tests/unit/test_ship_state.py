@@ -27,6 +27,7 @@ from tidesync.domain.change_event import (
 from tidesync.ship.state import (
     DUPLICATE_RESULT,
     Consumed,
+    DispositionRefused,
     EventState,
     ReceiveAnswer,
     ReceiveOutcome,
@@ -97,7 +98,8 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     assert state.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert state.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10000
     versions = state.conn.execute("SELECT version, name FROM schema_version").fetchall()
-    assert versions == [(1, "0001_state"), (2, "0002_downlink_commands")]
+    assert versions == [(1, "0001_state"), (2, "0002_downlink_commands"),
+                        (3, "0003_operator_actions")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",
@@ -203,6 +205,58 @@ def test_a_blocked_record_holds_the_checkpoint_and_its_key(store: SQLiteShipStat
                                        "INTEGRITY_MISMATCH", "digest differs")])
     held = store.record([event_record(5, 5), event_record(6, 6)], 0)
     assert [e.source_position for e in held.sendable] == [6]
+
+
+def test_an_expired_block_lets_its_key_go_on_and_is_recorded(store: SQLiteShipState) -> None:
+    recorded = store.record([event_record(0, 1), block_record(1, key=2), event_record(2, 3),
+                             event_record(3, 2), event_record(4, 2)], 0)
+    store.apply_answers([ReceiveAnswer(e.event_id, ReceiveOutcome.RECEIVED, result="APPLIED")
+                         for e in recorded.sendable])
+    reread = store.record([event_record(3, 2), event_record(4, 2)], 0)
+    assert reread.sendable == []  # read again while blocked: key 2 still waits
+
+    done = store.expire_blocked(TOPIC, 0, 1, actor="user:ana", reason="bad capture, re-keyed")
+
+    assert (done.record.offset, done.record.reason) == (1, "MALFORMED_JSON")
+    assert (done.released, done.still_held_at) == (2, None)
+    assert store.blocked_reasons() == {}
+    watermark = store.watermark(KEY)
+    assert watermark is not None and watermark.terminal_offset == 2  # up to the released ones
+    (action,) = store.operator_actions()
+    assert (action["action"], action["offset"], action["blocked_reason"], action["released"],
+            action["actor"], action["reason"]) == (
+        "EXPIRE_BLOCKED", 1, "MALFORMED_JSON", 2, "user:ana", "bad capture, re-keyed")
+    # After `ship run` restarts at terminal + 1 the released records are sent, without a
+    # source sequence (theirs went to later records); new records continue the sequence.
+    restart = store.start_partition(KEY, 0)
+    assert restart is not None and restart.commit_offset == 3
+    again = store.record([event_record(3, 2), event_record(4, 2), event_record(5, 4)], 0)
+    assert [(e.source_position, e.source_sequence) for e in again.sendable] == [
+        (3, None), (4, None), (5, 3)]
+    rows = store.conn.execute("SELECT kafka_offset, state FROM event_state"
+                              " ORDER BY kafka_offset").fetchall()
+    assert rows[1] == (1, "EXPIRED_APPROVED")
+
+
+def test_only_a_holding_block_is_expired_and_a_later_one_keeps_holding(
+        store: SQLiteShipState) -> None:
+    store.record([block_record(0, key=2), event_record(1, 2), block_record(2, key=2),
+                  event_record(3, 2)], 0)
+    with pytest.raises(DispositionRefused) as waits:
+        store.expire_blocked(TOPIC, 0, 1, actor="user:ana", reason="r")
+    assert waits.value.code == "WAITS_BEHIND" and "offset 0" in str(waits.value)
+    with pytest.raises(DispositionRefused) as unnamed:
+        store.expire_blocked(TOPIC, 0, 0, actor=" ", reason="r")
+    assert unnamed.value.code == "REASON_REQUIRED"
+
+    done = store.expire_blocked(TOPIC, 0, 0, actor="user:ana", reason="r")
+
+    assert (done.released, done.still_held_at) == (1, 2)
+    assert store.blocked_reasons() == {"MALFORMED_JSON": 1, "BEHIND_BLOCKED_RECORD": 1}
+    with pytest.raises(DispositionRefused) as gone:
+        store.expire_blocked(TOPIC, 0, 0, actor="user:ana", reason="again")
+    assert gone.value.code == "NOT_BLOCKED"
+    assert len(store.operator_actions()) == 1  # a refusal records nothing
 
 
 def test_a_new_replay_epoch_starts_the_partition_again(store: SQLiteShipState) -> None:

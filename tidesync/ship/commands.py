@@ -11,6 +11,7 @@ import importlib
 SHIP_COMMAND_HOOKS = (
     "tidesync.ship.capture_commands:add_capture_command",
     "tidesync.ship.client_commands:add_client_commands",
+    "tidesync.ship.blocked_commands:add_blocked_commands",
 )
 """`module:function` pairs; each function takes the `ship` subparsers and adds its commands.
 

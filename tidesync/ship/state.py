@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tidesync.cdc.debezium import Block, Normalized, Outcome
 from tidesync.cdc.kafka import PartitionKey
@@ -83,6 +84,14 @@ class CommandState(enum.StrEnum):
 
 class StateStoreError(Exception):
     """The state store cannot be read or written (disk, corruption, schema)."""
+
+
+class DispositionRefused(Exception):
+    """An operator's disposition of a blocked record that cannot be carried out as asked."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ReceiveOutcome(enum.StrEnum):
@@ -211,6 +220,34 @@ class PartitionBacklog:
     rule_id: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockedRecord:
+    """A BLOCKED row as an operator sees it: position, reason and ids, no business values."""
+
+    topic: str
+    partition: int
+    offset: int
+    replay_epoch: int
+    reason: str
+    detail: str
+    event_id: uuid.UUID
+    key_digest: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredBlock:
+    """What approving a blocked record's expiry did."""
+
+    record: BlockedRecord
+    released: int        # records of its key that waited behind it and are READY now
+    still_held_at: int | None  # a later blocked record of the key that still holds the rest
+
+
+def _blocked_record(row: Sequence[Any]) -> BlockedRecord:
+    return BlockedRecord(str(row[0]), int(row[1]), int(row[2]), int(row[3]), str(row[4]),
+                         str(row[5]), uuid.UUID(bytes=row[6]), row[7])
+
+
 # ----------------------------------------------------------------------------- ids
 
 
@@ -318,6 +355,10 @@ _OPEN_BACKLOG = (
 _BLOCKED_KEYS = (
     "SELECT DISTINCT key_digest FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
     " AND topic = ? AND kafka_partition = ? AND replay_epoch = ? AND key_digest IS NOT NULL"
+)
+_SELECT_BLOCKED = (
+    "SELECT topic, kafka_partition, kafka_offset, replay_epoch, reason, coalesce(detail, ''),"
+    " event_id, key_digest FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
 )
 _QUEUE_METRIC = (
     "INSERT OR IGNORE INTO queue_metric (sampled_at, rule_id, state, events, bytes,"
@@ -907,6 +948,101 @@ class SQLiteShipState:
             " ORDER BY topic, kafka_partition, kafka_offset LIMIT ?",
             (self.direction.value, limit)).fetchall()
         return [(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows]
+
+    def blocked_records(self, limit: int = 100) -> list[BlockedRecord]:
+        """Blocked rows, oldest position first."""
+        rows = self.conn.execute(
+            _SELECT_BLOCKED + " ORDER BY topic, kafka_partition, kafka_offset LIMIT ?",
+            (self.direction.value, limit)).fetchall()
+        return [_blocked_record(row) for row in rows]
+
+    def expire_blocked(self, topic: str, partition: int, offset: int, *, actor: str,
+                       reason: str) -> ExpiredBlock:
+        """Approve that the blocked record at this position is never delivered (§7.6:
+        EXPIRED_APPROVED, which the checkpoint passes), recorded in operator_action.
+
+        The records of its queue key that waited behind it go on: they become READY and are
+        uploaded after the next `ship run` re-reads them. Their places in the partition's
+        source sequence went to later records meanwhile, so they go without one; the shore
+        orders them by queue position (it gap-checks sequenced events only). A later blocked
+        record of the same key keeps holding those after it. A record that only waits
+        (BEHIND_BLOCKED_RECORD) is not expired itself: the one it waits behind is."""
+        if not actor.strip() or not reason.strip():
+            raise DispositionRefused("REASON_REQUIRED", "an actor and a reason are required")
+        with self.transaction() as conn:
+            row = conn.execute(
+                _SELECT_BLOCKED + " AND topic = ? AND kafka_partition = ? AND kafka_offset = ?"
+                " ORDER BY replay_epoch DESC LIMIT 1",
+                (self.direction.value, topic, partition, offset)).fetchone()
+            if row is None:
+                raise DispositionRefused(
+                    "NOT_BLOCKED", f"no blocked record at {topic}/{partition}@{offset}")
+            record = _blocked_record(row)
+            where = (self.direction.value, topic, partition, record.replay_epoch)
+            if record.reason == StateReason.BEHIND_BLOCKED_RECORD:
+                holder = conn.execute(
+                    "SELECT max(kafka_offset) FROM event_state WHERE direction = ?"
+                    " AND topic = ? AND kafka_partition = ? AND replay_epoch = ?"
+                    " AND state = 'BLOCKED' AND key_digest = ? AND kafka_offset < ?"
+                    " AND reason != ?",
+                    (*where, record.key_digest, offset,
+                     StateReason.BEHIND_BLOCKED_RECORD.value)).fetchone()[0]
+                raise DispositionRefused(
+                    "WAITS_BEHIND", f"this record waits behind the blocked record at offset "
+                                    f"{holder}; expire that one and this one is uploaded")
+            now = self._now_text()
+            conn.execute("UPDATE event_state SET state = 'EXPIRED_APPROVED', result = ?,"
+                         " updated_at = ? WHERE event_id = ?",
+                         (EventState.EXPIRED_APPROVED.value, now, record.event_id.bytes))
+            released, still_held_at = 0, None
+            if record.key_digest is not None:
+                released, still_held_at = self._release_followers(conn, where, record, now)
+            conn.execute(
+                "INSERT INTO operator_action (action, event_id, direction, topic,"
+                " kafka_partition, kafka_offset, replay_epoch, blocked_reason, released, actor,"
+                " reason, acted_at) VALUES ('EXPIRE_BLOCKED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.event_id.bytes, self.direction.value, topic, partition, offset,
+                 record.replay_epoch, record.reason, released, actor[:200], reason[:1000],
+                 now))
+            watermark = self._watermark(conn, PartitionKey(topic, partition))
+            if watermark is not None and watermark.replay_epoch == record.replay_epoch:
+                self._advance(conn, watermark, watermark.read_offset,
+                              watermark.next_source_sequence)
+            key = PartitionKey(topic, partition)
+            if key in self._blocked_keys:
+                self._blocked_keys[key] = self._load_blocked_keys(conn, key,
+                                                                  record.replay_epoch)
+        return ExpiredBlock(record, released, still_held_at)
+
+    def _release_followers(self, conn: sqlite3.Connection, where: tuple[object, ...],
+                           record: BlockedRecord, now: str) -> tuple[int, int | None]:
+        next_holder = conn.execute(
+            "SELECT min(kafka_offset) FROM event_state WHERE direction = ? AND topic = ?"
+            " AND kafka_partition = ? AND replay_epoch = ? AND state = 'BLOCKED'"
+            " AND key_digest = ? AND kafka_offset > ? AND reason != ?",
+            (*where, record.key_digest, record.offset,
+             StateReason.BEHIND_BLOCKED_RECORD.value)).fetchone()[0]
+        released = conn.execute(
+            "UPDATE event_state SET state = 'READY', reason = NULL, detail = NULL,"
+            " source_sequence = NULL, updated_at = ? WHERE direction = ? AND topic = ?"
+            " AND kafka_partition = ? AND replay_epoch = ? AND state = 'BLOCKED'"
+            " AND key_digest = ? AND reason = ? AND kafka_offset > ?"
+            " AND (? IS NULL OR kafka_offset < ?)",
+            (now, *where, record.key_digest, StateReason.BEHIND_BLOCKED_RECORD.value,
+             record.offset, next_holder, next_holder)).rowcount
+        return released, next_holder
+
+    def operator_actions(self, limit: int = 100) -> list[dict[str, object]]:
+        """The latest operator actions on this ship's records, newest first."""
+        rows = self.conn.execute(
+            "SELECT action_id, action, event_id, topic, kafka_partition, kafka_offset,"
+            " replay_epoch, blocked_reason, released, actor, reason, acted_at"
+            " FROM operator_action WHERE direction = ? ORDER BY action_id DESC LIMIT ?",
+            (self.direction.value, limit)).fetchall()
+        names = ("action_id", "action", "event_id", "topic", "partition", "offset",
+                 "replay_epoch", "blocked_reason", "released", "actor", "reason", "acted_at")
+        return [{**dict(zip(names, row, strict=True)), "event_id": str(uuid.UUID(bytes=row[2]))}
+                for row in rows]
 
     def blocked_reasons(self) -> Counter[str]:
         rows = self.conn.execute(
