@@ -1,11 +1,14 @@
 """The shore CDC consumer on the real shore MariaDB (built-in binlog capture), the real broker
 and real PostgreSQL: local shore changes become one command per node with contiguous
 sequences and chained revisions; rows the platform applied are suppressed; re-consuming
-issues nothing twice; a platform write the ledger cannot prove holds its partition."""
+issues nothing twice; a platform write the ledger cannot prove holds its partition until an
+operator releases it."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 import re
 import secrets
 import threading
@@ -25,17 +28,20 @@ from tests.integration.test_ingress import make_config
 from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.cdc.kafka import KafkaQueue, QueueSettings
+from tidesync.cli import main
 from tidesync.config import DownlinkConfig, TargetConfig
 from tidesync.domain.change_event import Operation, Revision, tombstone_revision
 from tidesync.domain.downlink_command import RowChangePayload
 from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
+from tidesync.projections.operations import OperationsApplication
 from tidesync.shore.downlink import DownlinkService, open_downlink
 from tidesync.shore.shore_cdc import (
     PartitionKey,
     ShoreCdcConsumer,
     TargetNodes,
 )
+from tidesync.shore.shore_cdc_holds import HoldRefused, ShoreCdcHolds
 from tidesync.shore.worker import build_worker
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.schema import enable_mysql_table
@@ -83,13 +89,13 @@ class ShoreSide:
                             self.name, self.server_id)
 
     def consumer(self, downlink: DownlinkService, applier: MySQLTargetApplier,
-                 group: str | None = None) -> ShoreCdcConsumer:
+                 group: str | None = None, releases: Any = None) -> ShoreCdcConsumer:
         queue = KafkaQueue(QueueSettings(
             self.bootstrap, group or f"shore-cdc-{self.name}", "^" + re.escape(self.name) + r"\."))
         normalizer = DebeziumNormalizer(NormalizerSettings(
             SHORE, "shore-builtin", bidirectional_tables=frozenset({(self.database, "parts")})))
         return ShoreCdcConsumer(queue, normalizer, applier, downlink, lambda: self.nodes,
-                                SHORE, poll_timeout=0.5)
+                                SHORE, poll_timeout=0.5, releases=releases)
 
 
 @pytest.fixture(scope="module")
@@ -245,9 +251,9 @@ def test_rows_the_platform_applied_are_suppressed(
     assert sorted(results) == ["FORWARDED"] * 2 + ["SUPPRESSED"] * 4
 
 
-def test_an_unproven_platform_write_holds_its_partition(
-        shore: ShoreSide, downlink: DownlinkService, applier: MySQLTargetApplier,
-        pg_database: PostgresDatabase) -> None:
+def forge_unproven_write_then_edit(shore: ShoreSide) -> None:
+    """Row 7 written as if by the platform with an event id the ledger never saw, then
+    edited locally."""
     forged = uuid.uuid4()
     connection = shore.instance.connect(shore.database, autocommit=True)
     try:
@@ -262,6 +268,12 @@ def test_an_unproven_platform_write_holds_its_partition(
             cursor.execute("UPDATE parts SET qty = 2 WHERE id = 7")
     finally:
         connection.close()
+
+
+def test_an_unproven_platform_write_holds_its_partition(
+        shore: ShoreSide, downlink: DownlinkService, applier: MySQLTargetApplier,
+        pg_database: PostgresDatabase) -> None:
+    forge_unproven_write_then_edit(shore)
     shore.capture()
 
     consumer = shore.consumer(downlink, applier)
@@ -281,6 +293,84 @@ def test_an_unproven_platform_write_holds_its_partition(
                               (key.topic, key.partition)).fetchall()
     assert [(offset, reason) for offset, reason, _ in stored] == [(blocked.offset,
                                                                    "ORIGIN_UNPROVEN")]
+
+
+@pytest.mark.parametrize("held_while_released", [True, False],
+                         ids=["consumer-running", "consumer-restarted"])
+def test_a_released_hold_is_skipped_and_the_partition_goes_on(
+        shore: ShoreSide, downlink: DownlinkService, applier: MySQLTargetApplier,
+        pg_database: PostgresDatabase, held_while_released: bool,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, value in (("KIND", "postgres"), ("POSTGRES_HOST", pg_database.host),
+                        ("POSTGRES_PORT", str(pg_database.port)),
+                        ("POSTGRES_DBNAME", pg_database.dbname),
+                        ("POSTGRES_USER", pg_database.user),
+                        ("POSTGRES_PASSWORD", pg_database.password or "")):
+        monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)
+    config = make_config(pg_database)
+    holds = ShoreCdcHolds.open(postgres_conninfo(config.event_store))
+    operations = OperationsApplication(env=event_store_env(config.event_store))
+    forge_unproven_write_then_edit(shore)
+    shore.capture()
+    consumer = shore.consumer(downlink, applier, releases=holds)
+    try:
+        drain(consumer)
+        ((key, held),) = consumer.blocked.items()
+        mine = [h for h in holds.holds() if h.topic == key.topic]
+        assert [(h.offset, h.reason_code) for h in mine] == [(held.offset, "ORIGIN_UNPROVEN")]
+        capsys.readouterr()
+        assert main(["shore", "cdc", "list"]) == 0
+        listed = [h for h in json.loads(capsys.readouterr().out)["holds"]
+                  if h["topic"] == key.topic]
+        assert [(h["partition"], h["offset"], h["reason"]) for h in listed] == [
+            (key.partition, held.offset, "ORIGIN_UNPROVEN")]
+        now = dt.datetime.now(dt.UTC)
+        with pytest.raises(HoldRefused) as elsewhere:
+            holds.release(operations, key.topic, key.partition, held.offset + 1,
+                          actor="user:ana", reason="r", now=now)
+        assert elsewhere.value.code == "NOT_HELD"
+        with pytest.raises(HoldRefused) as unexplained:
+            holds.release(operations, key.topic, key.partition, held.offset,
+                          actor="user:ana", reason=" ", now=now)
+        assert unexplained.value.code == "REASON_REQUIRED"
+        if not held_while_released:
+            consumer.close()
+
+        if held_while_released:
+            action_id = holds.release(operations, key.topic, key.partition, held.offset,
+                                      actor="user:ana", reason="row restored from a backup",
+                                      now=now)
+        else:  # as an operator does it
+            assert main(["shore", "cdc", "release", "--topic", key.topic, "--partition",
+                         str(key.partition), "--offset", str(held.offset), "--actor",
+                         "user:ana", "--reason", "row restored from a backup"]) == 0
+            action_id = uuid.UUID(json.loads(capsys.readouterr().out)["operator_action"])
+
+        assert holds.release(operations, key.topic, key.partition, held.offset,
+                             actor="user:bob", reason="again", now=now) == action_id
+        assert [h for h in holds.holds() if h.topic == key.topic] == []
+        if not held_while_released:
+            consumer = shore.consumer(downlink, applier, releases=holds)
+        consumer.refresh()  # what the running consumer does every few seconds
+        drain(consumer)
+        assert consumer.blocked == {}
+    finally:
+        consumer.close()
+        holds.close()
+    # The forged write is skipped on record; the local edit after it reaches every node.
+    assert cdc_results(pg_database, shore.name) == [("SKIPPED", 0), ("FORWARDED", 2)]
+    for node in shore.nodes:
+        ((_, payload),) = payloads(downlink, node)
+        assert payload.operation is Operation.UPDATE and dict(payload.values)["qty"] == 2
+    with pg_database.connect() as conn:
+        (reason,) = conn.execute("SELECT reason_code FROM shore_cdc_event WHERE topic = %s"
+                                 " AND result = 'SKIPPED'", (key.topic,)).fetchone()
+    assert reason == "OPERATOR_RELEASED"
+    action = operations.action(action_id)
+    operations.close()
+    assert (action.action, action.outcome, action.requested_by, action.reason) == (
+        "RELEASE_SHORE_CDC_HOLD", "COMPLETED", "user:ana", "row restored from a backup")
+    assert action.details == {"hold_reason": "ORIGIN_UNPROVEN"}
 
 
 def test_star_targets_every_active_registered_node(pg_database: PostgresDatabase) -> None:

@@ -1,4 +1,5 @@
-"""Subcommands of `tidesync` for the shore: `shore serve`, `shore work`, `jobs list|replay`.
+"""Subcommands of `tidesync` for the shore: `shore serve`, `shore work`, `shore cdc`,
+`jobs list|replay`.
 
 `register_commands` is called by `tidesync.cli` while it builds the parser.
 """
@@ -12,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from tidesync.config import Config, load_config
+from tidesync.shore.cdc_commands import add_cdc_commands
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -31,6 +33,7 @@ def register_commands(commands: Commands) -> None:
     work.add_argument("--once", action="store_true",
                       help="process what is there, then exit (default: run until stopped)")
     work.set_defaults(handler=_run_work)
+    add_cdc_commands(shore_commands)
 
     jobs = commands.add_parser("jobs", help="inspect and replay apply work")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="SUBCOMMAND")

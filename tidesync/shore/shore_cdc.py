@@ -40,6 +40,8 @@ from tidesync.target.contract import TargetError
 log = logging.getLogger(__name__)
 
 _CONSUMER_LOCK = 0x73686F7265636463  # "shorecdc"
+# The shore_cdc_event id of a released record the normalizer could not read (it has no event).
+_RELEASED_NAMESPACE = uuid.UUID("6a1f3b0e-2c7d-5e49-8b15-d4c2e9a07f31")
 
 class ShoreCdcResult(enum.StrEnum):
     """What became of one shore change (stored in shore_cdc_event)."""
@@ -55,6 +57,7 @@ class ShoreCdcReason(enum.StrEnum):
     SNAPSHOT_NOT_FORWARDED = "SNAPSHOT_NOT_FORWARDED"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     PARTITION_ERROR = "PARTITION_ERROR"
+    OPERATOR_RELEASED = "OPERATOR_RELEASED"  # a held record an operator let pass
 
 
 class ShoreCdcUnavailable(Exception):
@@ -63,6 +66,12 @@ class ShoreCdcUnavailable(Exception):
 
 
 # ----------------------------------------------------------------------------- decisions
+
+
+class Releases(Protocol):
+    """Which held positions an operator released (`shore_cdc_holds.ShoreCdcHolds`)."""
+
+    def released(self, topic: str, partition: int, offset: int) -> bool: ...
 
 
 class AppliedLedger(Protocol):
@@ -126,9 +135,10 @@ class ShoreCdcConsumer:
                  ledger: AppliedLedger, downlink: DownlinkService,
                  nodes: Callable[[], Sequence[str]], origin_node_id: str, *,
                  max_records: int = 500, poll_timeout: float = 0.2,
-                 refresh_seconds: float = 5.0,
+                 refresh_seconds: float = 5.0, releases: Releases | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.queue, self.normalizer, self.ledger = queue, normalizer, ledger
+        self.releases = releases
         self.downlink, self.nodes, self.origin_node_id = downlink, nodes, origin_node_id
         self.max_records, self.poll_timeout = max_records, poll_timeout
         self.refresh_seconds, self.monotonic = refresh_seconds, monotonic
@@ -137,13 +147,29 @@ class ShoreCdcConsumer:
         self._refreshed_at: float | None = None
 
     def refresh(self) -> list[PartitionKey]:
-        """Assign partitions of new matching topics at the group's committed offsets."""
+        """Assign partitions of new matching topics at the group's committed offsets, and
+        read a held partition again once an operator released its record."""
         new = [key for key in self.queue.partitions() if key not in self.assigned]
         if new:
             self.queue.assign(self.queue.committed(new))
             self.assigned.update(new)
+        self._resume_released()
         self._refreshed_at = self.monotonic()
         return new
+
+    def _resume_released(self) -> None:
+        if self.releases is None:
+            return
+        released = [key for key, held in self.blocked.items() if held.offset >= 0
+                    and self.releases.released(key.topic, key.partition, held.offset)]
+        if not released:
+            return
+        for key in released:
+            log.info("shore CDC: %s/%d released at offset %d by an operator; reading on",
+                     key.topic, key.partition, self.blocked.pop(key).offset)
+        self.queue.unassign(released)
+        self.queue.assign(self.queue.committed(released))
+        self.queue.resume(released)  # held partitions were paused; the pause outlives assign
 
     def run_once(self) -> int:
         """Read, decide and record one batch; returns the number of records handled."""
@@ -188,9 +214,10 @@ class ShoreCdcConsumer:
             if key in batch.blocks:
                 continue  # Held at an earlier record of this batch.
             if isinstance(outcome, Block):
-                batch.blocks[key] = BlockedPartition(record.offset, outcome.reason.value)
-                continue
-            if isinstance(outcome, Normalized):
+                if not self._passes(record, BlockedPartition(record.offset,
+                                                             outcome.reason.value), batch):
+                    continue
+            elif isinstance(outcome, Normalized):
                 if nodes is None:
                     nodes = list(self.nodes())
                 if not self._decide_event(record, outcome.event, proven, nodes, batch):
@@ -205,7 +232,6 @@ class ShoreCdcConsumer:
     def _decide_event(self, record: KafkaRecord, event: ChangeEvent, proven: set[uuid.UUID],
                       nodes: Sequence[str], batch: _Batch) -> bool:
         """Record the event's result in the batch; False when it holds the partition."""
-        key = PartitionKey(record.topic, record.partition)
         result, reason = ShoreCdcResult.FORWARDED, ""
         if not self._checked(event):
             result, reason = ShoreCdcResult.SKIPPED, ShoreCdcReason.NOT_BIDIRECTIONAL.value
@@ -214,9 +240,8 @@ class ShoreCdcConsumer:
         else:
             claimed = platform_event_id(event)
             if claimed is not None and claimed not in proven:
-                batch.blocks[key] = BlockedPartition(
-                    record.offset, ShoreCdcReason.ORIGIN_UNPROVEN.value, event.event_id)
-                return False
+                return self._passes(record, BlockedPartition(
+                    record.offset, ShoreCdcReason.ORIGIN_UNPROVEN.value, event.event_id), batch)
             if claimed is not None:
                 result = ShoreCdcResult.SUPPRESSED
         count = 0
@@ -232,6 +257,20 @@ class ShoreCdcConsumer:
             batch.suppressed += 1
         batch.rows.append((_INSERT_RESULT, (event.event_id, record.topic, record.partition,
                                             record.offset, result.value, reason, count)))
+        return True
+
+    def _passes(self, record: KafkaRecord, held: BlockedPartition, batch: _Batch) -> bool:
+        """A record that holds its partition, unless an operator released its position:
+        then it is recorded SKIPPED (OPERATOR_RELEASED) and the partition goes on."""
+        if self.releases is None or not self.releases.released(record.topic, record.partition,
+                                                               record.offset):
+            batch.blocks[PartitionKey(record.topic, record.partition)] = held
+            return False
+        row_id = held.event_id or uuid.uuid5(_RELEASED_NAMESPACE, f"{record.topic}\x1f"
+                                             f"{record.partition}\x1f{record.offset}")
+        batch.rows.append((_INSERT_RESULT, (row_id, record.topic, record.partition,
+                                            record.offset, ShoreCdcResult.SKIPPED.value,
+                                            ShoreCdcReason.OPERATOR_RELEASED.value, 0)))
         return True
 
     def _record(self, batch: _Batch) -> None:
@@ -380,7 +419,7 @@ class ClosingConsumer(ShoreCdcConsumer):
         try:
             super().close()
         finally:
-            for part in (self.ledger, self.downlink, self.nodes):
+            for part in (self.ledger, self.downlink, self.nodes, self.releases):
                 closer = getattr(part, "close", None)
                 if closer is not None:
                     closer()
@@ -393,6 +432,7 @@ def build_shore_cdc(config: Config) -> ShoreCdcRunner:
     from tidesync.cdc.debezium import NormalizerSettings
     from tidesync.ingress.nodes import NodesApplication
     from tidesync.shore.downlink import open_downlink
+    from tidesync.shore.shore_cdc_holds import ShoreCdcHolds
 
     downlink_config, store = config.downlink, config.event_store
     env = event_store_env(store)
@@ -417,6 +457,6 @@ def build_shore_cdc(config: Config) -> ShoreCdcRunner:
         return ClosingConsumer(
             queue, normalizer, applier, downlink,
             TargetNodes(downlink_config.nodes, lambda: NodesApplication(env=env)),
-            config.target.node_id)
+            config.target.node_id, releases=ShoreCdcHolds.open(conninfo))
 
     return ShoreCdcRunner(open_consumer, PostgresConsumerLock(conninfo))
