@@ -36,6 +36,15 @@ class EventStoreKind(enum.StrEnum):
     POSTGRES = "postgres"
 
 
+
+def table_set(text: str) -> frozenset[tuple[str, str]]:
+    """A comma-separated `db.table` list as (database, table) pairs."""
+    out = set()
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        database, _, table = item.partition(".")
+        out.add((database, table))
+    return frozenset(out)
+
 @dataclass(frozen=True)
 class EventStoreConfig:
     """Where the shore keeps its event streams and read models."""
@@ -195,6 +204,16 @@ class ShipConfig:
             if "=" not in item:
                 problems.append(f"ship.kafka_consumer_options: {item!r} is not key=value")
         return problems
+
+    def table_set(self) -> frozenset[tuple[str, str]]:
+        """`bidirectional_tables` as (database, table) pairs."""
+        return table_set(self.bidirectional_tables)
+
+    def two_way_rules(self) -> frozenset[str]:
+        """The rule ids of the two-way tables (each table is its own rule)."""
+        from tidesync.domain.change_event import table_rule
+
+        return frozenset(table_rule(database, table) for database, table in self.table_set())
 
     @property
     def group_id(self) -> str:
@@ -513,11 +532,7 @@ class DownlinkConfig:
     max_page_size: int = 500
 
     def table_set(self) -> frozenset[tuple[str, str]]:
-        out = set()
-        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
-            database, _, table = item.partition(".")
-            out.add((database, table))
-        return frozenset(out)
+        return table_set(self.bidirectional_tables)
 
     def validate(self) -> list[str]:
         problems = []

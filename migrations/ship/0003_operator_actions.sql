@@ -3,7 +3,7 @@
 -- reasons only, never business values.
 CREATE TABLE operator_action (
     action_id       INTEGER PRIMARY KEY AUTOINCREMENT,
-    action          TEXT    NOT NULL CHECK (action IN ('EXPIRE_BLOCKED')),
+    action          TEXT    NOT NULL CHECK (action IN ('EXPIRE_BLOCKED', 'CONFIRM_ORIGIN')),
     event_id        BLOB    NOT NULL,
     direction       TEXT    NOT NULL,
     topic           TEXT    NOT NULL,

@@ -108,15 +108,15 @@ def test_captured_remote_applies_are_not_uploaded_and_local_edits_are(
         assert [b["reason"] for b in report["blocked"]] == ["ORIGIN_UNPROVEN"]
 
         # A local edit of that row waits behind it. An operator who knows the stray write
-        # came from the shore expires it; the edit goes up once the client reads again from
-        # the checkpoint (as after a restart), and nothing else is sent twice.
+        # came from the shore confirms its origin (it cannot expire: the table syncs both
+        # ways); the edit goes up once the client reads again from the checkpoint.
         run_sql(ship_mariadb, ship_db, "UPDATE items SET qty = 5 WHERE id = 9")
         run_until_caught_up(ship_mariadb, ship_db, bootstrap, position_path, name, 9301)
         consume(world, name, bootstrap, config, until=lambda: _rows(world) == 8)
         assert world.state.blocked_reasons() == {"ORIGIN_UNPROVEN": 1,
                                                  "BEHIND_BLOCKED_RECORD": 1}
         (unproven,) = [b for b in world.state.blocked_records() if b.reason == "ORIGIN_UNPROVEN"]
-        done = world.state.expire_blocked(unproven.topic, unproven.partition, unproven.offset,
+        done = world.state.confirm_origin(unproven.topic, unproven.partition, unproven.offset,
                                           actor="user:ana", reason="restored from a backup")
         assert done.released == 1 and world.state.blocked_reasons() == {}
 

@@ -52,6 +52,9 @@ def test_list_shows_positions_and_reasons_and_expire_records_who_and_why(
 
     assert expire("--offset", "1") == 1  # it only waits: the one it waits behind is named
     assert "WAITS_BEHIND" in capsys.readouterr().err
+    assert main(["ship", "blocked", "confirm-origin", "--topic", TOPIC, "--partition", "0",
+                 "--offset", "0", "--actor", "user:ana", "--reason", "r"]) == 1
+    assert "NOT_ORIGIN_UNPROVEN" in capsys.readouterr().err  # it is unreadable, not unproven
     assert expire("--offset", "0") == 0
     done = json.loads(capsys.readouterr().out)
     assert (done["expired"]["offset"], done["released_behind_it"]) == (0, 1)

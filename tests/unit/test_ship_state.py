@@ -4,6 +4,7 @@ received/terminal watermarks over arbitrary completion orders (hypothesis)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sqlite3
 import tempfile
@@ -257,6 +258,38 @@ def test_only_a_holding_block_is_expired_and_a_later_one_keeps_holding(
         store.expire_blocked(TOPIC, 0, 0, actor="user:ana", reason="again")
     assert gone.value.code == "NOT_BLOCKED"
     assert len(store.operator_actions()) == 1  # a refusal records nothing
+
+
+def test_a_two_way_rules_record_never_expires_and_an_unproven_origin_is_confirmed(
+        store: SQLiteShipState) -> None:
+    sent = store.record([event_record(0, 5)], 0).sendable
+    store.apply_answers([ReceiveAnswer(sent[0].event_id, ReceiveOutcome.PERMANENT_REJECTED,
+                                       "INTEGRITY_MISMATCH", "digest differs")])
+    two_way = frozenset({"table:fleet.items"})
+    with pytest.raises(DispositionRefused) as refused:
+        store.expire_blocked(TOPIC, 0, 0, actor="user:ana", reason="r", two_way_rules=two_way)
+    assert refused.value.code == "TWO_WAY_RULE"
+    with pytest.raises(DispositionRefused) as not_unproven:
+        store.confirm_origin(TOPIC, 0, 0, actor="user:ana", reason="r")
+    assert not_unproven.value.code == "NOT_ORIGIN_UNPROVEN"
+    assert store.expire_blocked(TOPIC, 0, 0, actor="user:ana", reason="one-way after all"
+                                ).record.rule_id == "table:fleet.items"
+
+    unproven = consumed(1, Normalized(event(1, 6)), 6)
+    store.record([dataclasses.replace(unproven, platform_id=uuid.uuid4().bytes),
+                  event_record(2, 6)], 0)
+    with pytest.raises(DispositionRefused) as use_confirm:
+        store.expire_blocked(TOPIC, 0, 1, actor="user:ana", reason="r")
+    assert use_confirm.value.code == "USE_CONFIRM_ORIGIN"
+
+    done = store.confirm_origin(TOPIC, 0, 1, actor="user:ana", reason="state file restored")
+
+    assert done.released == 1 and store.blocked_reasons() == {}
+    row = store.conn.execute("SELECT state, result, reason FROM event_state"
+                             " WHERE kafka_offset = 1").fetchone()
+    assert row == ("TERMINAL", "PLATFORM_WRITE", "OPERATOR_CONFIRMED")
+    assert [a["action"] for a in store.operator_actions()] == ["CONFIRM_ORIGIN",
+                                                               "EXPIRE_BLOCKED"]
 
 
 def test_a_new_replay_epoch_starts_the_partition_again(store: SQLiteShipState) -> None:

@@ -35,6 +35,11 @@ class Operation(enum.StrEnum):
     SNAPSHOT = "SNAPSHOT"
 
 
+
+def table_rule(database: str, table: str) -> str:
+    """The rule id of a table; without a rule runtime each table is its own rule."""
+    return f"table:{database}.{table}"
+
 @dataclass(frozen=True, slots=True)
 class Revision:
     """A row revision token (`_sync_revision`): always 16 bytes on the wire and in the model.

@@ -14,7 +14,13 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.change_event import ChangeEvent, RecordKey, Revision, tombstone_revision
+from tidesync.domain.change_event import (
+    ChangeEvent,
+    RecordKey,
+    Revision,
+    table_rule,
+    tombstone_revision,
+)
 from tidesync.domain.values import Value, canonical_value
 
 CONFLICT_NAMESPACE = uuid.UUID("7e4f2a18-93c5-5b61-a0d2-4c8e6f1b3a97")
@@ -94,7 +100,7 @@ class ConflictRefused(Exception):
 
 def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
     """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
-    return rule_id or f"table:{record.database}.{record.table}"
+    return rule_id or table_rule(record.database, record.table)
 
 
 def rule_for(event: ChangeEvent) -> str:

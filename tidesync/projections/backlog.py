@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidesync.domain.apply_job import ApplyJob, EventResult
+from tidesync.domain.change_event import table_rule
 from tidesync.projections.engine import Cursor, Events, event_topic
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError
@@ -325,8 +326,8 @@ def wire_facts(wire: pb.ChangeEvent, names: NameTable) -> Item:
     without decoding its values."""
     rule_id = names.name(wire.rule_id_ref) if wire.HasField("rule_id_ref") else ""
     if not rule_id:
-        rule_id = (f"table:{names.name(wire.record.database_ref)}"
-                   f".{names.name(wire.record.table_ref)}")
+        rule_id = table_rule(names.name(wire.record.database_ref),
+                             names.name(wire.record.table_ref))
     business = (_EPOCH + dt.timedelta(microseconds=wire.business_occurred_at_micros)
                 if wire.HasField("business_occurred_at_micros") else None)
     return Item(rule_id, "", wire.ByteSize(),

@@ -1,9 +1,12 @@
-"""`tidesync ship blocked list|expire`: the operator's view and disposition of BLOCKED records.
+"""`tidesync ship blocked list|expire|confirm-origin`: the operator's view and disposition of
+BLOCKED records.
 
 A blocked record holds its partition's checkpoint and the later records of its queue key until
-someone decides. `expire` approves that it is never delivered (EXPIRED_APPROVED, §7.6); the
-records of its key that waited behind it are uploaded by the next `ship run`. It needs `ship
-run` stopped (it takes the state store's lock) and is recorded with actor and reason.
+someone decides. `expire` approves that a one-way rule's record (or one the normalizer could
+not read) is never delivered (EXPIRED_APPROVED, §7.6); `confirm-origin` states that a platform
+write of unproven origin is the shore's (TERMINAL, as if proven). Either way the records of its
+key that waited behind it are uploaded by the next `ship run`. Both need `ship run` stopped
+(they take the state store's lock) and are recorded with actor and reason.
 """
 
 from __future__ import annotations
@@ -28,14 +31,18 @@ def add_blocked_commands(
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     listing.set_defaults(handler=_list)
     expire = actions.add_parser(
-        "expire", help="approve that the blocked record at a queue position is never uploaded;"
-                       " the records of its key behind it go on (stop `ship run` first)")
-    expire.add_argument("--topic", required=True)
-    expire.add_argument("--partition", type=int, required=True)
-    expire.add_argument("--offset", type=int, required=True)
-    expire.add_argument("--reason", required=True, help="why (recorded)")
-    expire.add_argument("--actor", required=True, help="who approves (recorded)")
-    expire.set_defaults(handler=_expire)
+        "expire", help="approve that a one-way rule's blocked record is never uploaded; the"
+                       " records of its key behind it go on (stop `ship run` first)")
+    confirm = actions.add_parser(
+        "confirm-origin", help="confirm that an ORIGIN_UNPROVEN record is the shore's write"
+                               " (not uploaded); the records of its key behind it go on")
+    for action, handler in ((expire, _expire), (confirm, _confirm_origin)):
+        action.add_argument("--topic", required=True)
+        action.add_argument("--partition", type=int, required=True)
+        action.add_argument("--offset", type=int, required=True)
+        action.add_argument("--reason", required=True, help="why (recorded)")
+        action.add_argument("--actor", required=True, help="who decides (recorded)")
+        action.set_defaults(handler=handler)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -52,7 +59,8 @@ def _list(args: argparse.Namespace) -> int:
             report: dict[str, Any] = {
                 "blocked_reasons": dict(state.blocked_reasons()),
                 "blocked": [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                             "replay_epoch": r.replay_epoch, "reason": r.reason,
+                             "replay_epoch": r.replay_epoch, "rule": r.rule_id,
+                             "reason": r.reason,
                              "detail": r.detail, "event_id": str(r.event_id)}
                             for r in state.blocked_records(limit)],
             }
@@ -70,6 +78,14 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _expire(args: argparse.Namespace) -> int:
+    return _dispose(args, "expire")
+
+
+def _confirm_origin(args: argparse.Namespace) -> int:
+    return _dispose(args, "confirm_origin")
+
+
+def _dispose(args: argparse.Namespace, how: str) -> int:
     from tidesync.ship.run_lock import StateInUse, exclusive
     from tidesync.ship.state import DispositionRefused, SQLiteShipState, StateStoreError
 
@@ -77,12 +93,16 @@ def _expire(args: argparse.Namespace) -> int:
     if not Path(ship.state_path).exists():
         print(f"tidesync: no ship state at {ship.state_path}", file=sys.stderr)
         return 1
+    position = (args.topic, args.partition, args.offset)
     try:
-        with exclusive(ship.state_path, "ship blocked expire"):
+        with exclusive(ship.state_path, f"ship blocked {how.replace('_', '-')}"):
             state = SQLiteShipState(ship.state_path, ship.node_id, ship.group_id)
             try:
-                done = state.expire_blocked(args.topic, args.partition, args.offset,
-                                            actor=args.actor, reason=args.reason)
+                if how == "expire":
+                    done = state.expire_blocked(*position, actor=args.actor, reason=args.reason,
+                                                two_way_rules=ship.two_way_rules())
+                else:
+                    done = state.confirm_origin(*position, actor=args.actor, reason=args.reason)
             finally:
                 state.close()
     except StateInUse as error:
@@ -96,9 +116,9 @@ def _expire(args: argparse.Namespace) -> int:
         return 1
     record = done.record
     print(json.dumps({
-        "expired": {"topic": record.topic, "partition": record.partition,
-                    "offset": record.offset, "reason": record.reason,
-                    "event_id": str(record.event_id)},
+        "expired" if how == "expire" else "confirmed": {
+            "topic": record.topic, "partition": record.partition, "offset": record.offset,
+            "reason": record.reason, "event_id": str(record.event_id)},
         "released_behind_it": done.released,
         "still_held_at_offset": done.still_held_at,
     }, indent=2))

@@ -579,16 +579,12 @@ def _answer(status: pb.EventReceiveStatus) -> ReceiveAnswer:
 
 
 def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
-    tables: set[tuple[str, str]] = set()
-    for item in filter(None, (part.strip() for part in ship.bidirectional_tables.split(","))):
-        database, _, table = item.partition(".")
-        tables.add((database, table))
     types = (InMemoryColumnTypes.from_json_file(ship.column_types_file)
              if ship.column_types_file else None)
     return DebeziumNormalizer(NormalizerSettings(
         origin_node_id=ship.node_id, source_connector_id=ship.source_connector_id,
         replay_epoch=ship.replay_epoch,
-        bidirectional_tables=frozenset(tables),
+        bidirectional_tables=ship.table_set(),
         column_types=types))
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from tidesync.cdc.debezium import Block, Normalized, Outcome
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.cdc.platform_writes import platform_event_id
-from tidesync.domain.change_event import ChangeEvent, Operation
+from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -75,6 +75,7 @@ class StateReason(enum.StrEnum):
     REREAD_MISMATCH = "REREAD_MISMATCH"
     REMOTE_APPLY = "REMOTE_APPLY"
     ORIGIN_UNPROVEN = "ORIGIN_UNPROVEN"
+    OPERATOR_CONFIRMED = "OPERATOR_CONFIRMED"  # an operator proved a platform write's origin
 
 
 class CommandState(enum.StrEnum):
@@ -232,11 +233,12 @@ class BlockedRecord:
     detail: str
     event_id: uuid.UUID
     key_digest: bytes | None
+    rule_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class ExpiredBlock:
-    """What approving a blocked record's expiry did."""
+class Disposed:
+    """What an operator's disposition of a blocked record did."""
 
     record: BlockedRecord
     released: int        # records of its key that waited behind it and are READY now
@@ -245,7 +247,7 @@ class ExpiredBlock:
 
 def _blocked_record(row: Sequence[Any]) -> BlockedRecord:
     return BlockedRecord(str(row[0]), int(row[1]), int(row[2]), int(row[3]), str(row[4]),
-                         str(row[5]), uuid.UUID(bytes=row[6]), row[7])
+                         str(row[5]), uuid.UUID(bytes=row[6]), row[7], row[8])
 
 
 # ----------------------------------------------------------------------------- ids
@@ -300,7 +302,7 @@ def _micros(moment: dt.datetime | None) -> int | None:
 
 def rule_of(event: ChangeEvent) -> str:
     """The rule an event belongs to; without a rule runtime each table is its own rule."""
-    return event.rule_id or f"table:{event.database}.{event.table}"
+    return event.rule_id or table_rule(event.database, event.table)
 
 
 # ----------------------------------------------------------------------------- migrations
@@ -358,7 +360,7 @@ _BLOCKED_KEYS = (
 )
 _SELECT_BLOCKED = (
     "SELECT topic, kafka_partition, kafka_offset, replay_epoch, reason, coalesce(detail, ''),"
-    " event_id, key_digest FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
+    " event_id, key_digest, rule_id FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
 )
 _QUEUE_METRIC = (
     "INSERT OR IGNORE INTO queue_metric (sampled_at, rule_id, state, events, bytes,"
@@ -957,16 +959,55 @@ class SQLiteShipState:
         return [_blocked_record(row) for row in rows]
 
     def expire_blocked(self, topic: str, partition: int, offset: int, *, actor: str,
-                       reason: str) -> ExpiredBlock:
+                       reason: str, two_way_rules: frozenset[str] = frozenset()) -> Disposed:
         """Approve that the blocked record at this position is never delivered (§7.6:
         EXPIRED_APPROVED, which the checkpoint passes), recorded in operator_action.
 
-        The records of its queue key that waited behind it go on: they become READY and are
-        uploaded after the next `ship run` re-reads them. Their places in the partition's
-        source sequence went to later records meanwhile, so they go without one; the shore
-        orders them by queue position (it gap-checks sequenced events only). A later blocked
-        record of the same key keeps holding those after it. A record that only waits
-        (BEHIND_BLOCKED_RECORD) is not expired itself: the one it waits behind is."""
+        Only a one-way rule's record may expire (§7), or one the normalizer could not read (no
+        rule governs it): a two-way rule's record is refused (TWO_WAY_RULE), and a platform
+        write of unproven origin is `confirm_origin`'s (USE_CONFIRM_ORIGIN)."""
+
+        def allowed(record: BlockedRecord) -> None:
+            if record.reason == StateReason.ORIGIN_UNPROVEN:
+                raise DispositionRefused(
+                    "USE_CONFIRM_ORIGIN", "a platform write of unproven origin is not expired;"
+                                          " confirm its origin if it is the shore's write")
+            if record.rule_id is not None and record.rule_id in two_way_rules:
+                raise DispositionRefused(
+                    "TWO_WAY_RULE", f"{record.rule_id} syncs both ways: its records may not"
+                                    " expire (only a one-way rule's may)")
+
+        return self._dispose(topic, partition, offset, actor, reason, "EXPIRE_BLOCKED", allowed,
+                             "state = 'EXPIRED_APPROVED', result = 'EXPIRED_APPROVED'")
+
+    def confirm_origin(self, topic: str, partition: int, offset: int, *, actor: str,
+                       reason: str) -> Disposed:
+        """An operator confirms that an ORIGIN_UNPROVEN record is the shore's write (the
+        applied_command proof was lost, say with a restored state file): it becomes TERMINAL
+        PLATFORM_WRITE as a proven one would, and is never uploaded."""
+
+        def allowed(record: BlockedRecord) -> None:
+            if record.reason != StateReason.ORIGIN_UNPROVEN:
+                raise DispositionRefused("NOT_ORIGIN_UNPROVEN",
+                                         f"the record is blocked for {record.reason}, not for"
+                                         " an unproven origin")
+
+        return self._dispose(topic, partition, offset, actor, reason, "CONFIRM_ORIGIN", allowed,
+                             f"state = 'TERMINAL', result = '{PLATFORM_WRITE_RESULT}',"
+                             f" reason = '{StateReason.OPERATOR_CONFIRMED.value}'")
+
+    def _dispose(self, topic: str, partition: int, offset: int, actor: str, reason: str,
+                 action: str, allowed: Callable[[BlockedRecord], None],
+                 assignments: str) -> Disposed:
+        """Move the blocked record at this position out of BLOCKED (`assignments`), let the
+        records of its queue key that waited behind it go on, and record who and why.
+
+        Those records become READY and are uploaded after the next `ship run` re-reads them.
+        Their places in the partition's source sequence went to later records meanwhile, so
+        they go without one; the shore orders them by queue position (it gap-checks sequenced
+        events only). A later blocked record of the same key keeps holding those after it. A
+        record that only waits (BEHIND_BLOCKED_RECORD) is not disposed of itself: the one it
+        waits behind is."""
         if not actor.strip() or not reason.strip():
             raise DispositionRefused("REASON_REQUIRED", "an actor and a reason are required")
         with self.transaction() as conn:
@@ -989,30 +1030,30 @@ class SQLiteShipState:
                      StateReason.BEHIND_BLOCKED_RECORD.value)).fetchone()[0]
                 raise DispositionRefused(
                     "WAITS_BEHIND", f"this record waits behind the blocked record at offset "
-                                    f"{holder}; expire that one and this one is uploaded")
+                                    f"{holder}; dispose of that one and this one is uploaded")
+            allowed(record)
             now = self._now_text()
-            conn.execute("UPDATE event_state SET state = 'EXPIRED_APPROVED', result = ?,"
-                         " updated_at = ? WHERE event_id = ?",
-                         (EventState.EXPIRED_APPROVED.value, now, record.event_id.bytes))
+            conn.execute(f"UPDATE event_state SET {assignments}, updated_at = ?"  # noqa: S608
+                         " WHERE event_id = ?", (now, record.event_id.bytes))
             released, still_held_at = 0, None
             if record.key_digest is not None:
                 released, still_held_at = self._release_followers(conn, where, record, now)
             conn.execute(
                 "INSERT INTO operator_action (action, event_id, direction, topic,"
                 " kafka_partition, kafka_offset, replay_epoch, blocked_reason, released, actor,"
-                " reason, acted_at) VALUES ('EXPIRE_BLOCKED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.event_id.bytes, self.direction.value, topic, partition, offset,
+                " reason, acted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (action, record.event_id.bytes, self.direction.value, topic, partition, offset,
                  record.replay_epoch, record.reason, released, actor[:200], reason[:1000],
                  now))
-            watermark = self._watermark(conn, PartitionKey(topic, partition))
+            key = PartitionKey(topic, partition)
+            watermark = self._watermark(conn, key)
             if watermark is not None and watermark.replay_epoch == record.replay_epoch:
                 self._advance(conn, watermark, watermark.read_offset,
                               watermark.next_source_sequence)
-            key = PartitionKey(topic, partition)
             if key in self._blocked_keys:
                 self._blocked_keys[key] = self._load_blocked_keys(conn, key,
                                                                   record.replay_epoch)
-        return ExpiredBlock(record, released, still_held_at)
+        return Disposed(record, released, still_held_at)
 
     def _release_followers(self, conn: sqlite3.Connection, where: tuple[object, ...],
                            record: BlockedRecord, now: str) -> tuple[int, int | None]:
