@@ -269,7 +269,9 @@ class TansuBroker(_Stoppable):
         admin.list_topics(timeout=1.0)
 
     def admin_client(self, extra: dict[str, Any] | None = None) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **(extra or {})})
+        # Warnings and errors only: a short-lived client logs its teardown at info level.
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 4,
+                            **(extra or {})})
 
     def create_topic(self, name: str, partitions: int = 1, timeout: float = 10.0) -> None:
         """Create a topic and wait until the broker confirms it.

@@ -190,7 +190,7 @@ class KafkaEnvelopePublisher:
                                "kafka_bootstrap_servers or ship.kafka_bootstrap_servers)")
         self._config = {**producer_settings(bootstrap_servers), **(settings or {})}
         self._producer = Producer(self._config)
-        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        self._admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 4})
         self._partitions = partitions
         self._replication_factor = replication_factor
         self._flush_timeout = flush_timeout_seconds
