@@ -91,6 +91,10 @@ class ShoreCdcHolds:
                 offset: int, *, actor: str, reason: str, now: dt.datetime,
                 trace_id: str = "") -> uuid.UUID:
         """Release the hold at this position; returns the OperatorAction id."""
+        if offset < 0:
+            raise HoldRefused("NOT_RELEASABLE", "a partition held without a record (its offset"
+                                                " is gone from the broker, or it failed) has"
+                                                " nothing to release; it is retried on restart")
         action_id = release_action_id(topic, partition, offset)
         if self.released(topic, partition, offset):
             return action_id
