@@ -84,3 +84,14 @@ def test_expire_refuses_while_another_process_holds_the_state(
         release.set()
         holder.join(30)
     assert expire("--offset", "0") == 0  # the lock went with the process
+
+
+def test_list_reads_a_state_file_older_than_the_operator_actions(
+        state_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = SQLiteShipState(state_path, NODE, GROUP)
+    state.conn.execute("DROP TABLE operator_action")
+    state.conn.execute("DELETE FROM schema_version WHERE version = 3")
+    state.close()
+    assert main(["ship", "blocked", "list"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed["blocked"]) == 2 and listed["operator_actions"] == []

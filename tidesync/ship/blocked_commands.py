@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def _list(args: argparse.Namespace) -> int:
             }
             try:
                 report["operator_actions"] = state.operator_actions(limit)
-            except StateStoreError:
+            except sqlite3.OperationalError:  # opened read-only: a file older than the table
                 report["operator_actions"] = []
         finally:
             state.close()
