@@ -28,6 +28,7 @@ from tests.integration.test_apply_processor import (
     make_processor,
     node,
 )
+from tidesync.cli import main
 from tidesync.domain.arbitration import Policy, PolicyName
 from tidesync.domain.change_event import Operation, RecordKey, Revision
 from tidesync.domain.conflict_case import ConflictState, DecisionSide
@@ -373,3 +374,43 @@ def test_a_report_joining_while_a_person_decides(shore, target_db, shore_mariadb
     case = setup.apps.conflicts.get_case(conflict_id)
     assert len(case.evidence) == 2
     assert case.state is (ConflictState.PENDING_MANUAL if pinned else ConflictState.DECIDED)
+
+
+def test_a_rejected_decision_is_sent_again_once_the_cause_is_fixed(
+        shore, target_db, shore_mariadb, downlink, pg_database, monkeypatch, capsys):
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
+                       Policy(PolicyName.SHORE_WINS))
+    conflict_id = concurrent_update(setup)
+    setup.arbiter.run_once()
+    (first,) = decision_commands(downlink, setup.ship.node_id)
+    ack(downlink, setup.ship.node_id, first.command_id, pb.COMMAND_REJECTED,
+        reason="TARGET_SCHEMA")
+    setup.arbiter.run_once()
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert case.state is ConflictState.DISPATCHED  # waits for someone to fix the ship
+    assert case.acks[setup.ship.node_id]["result"] == "COMMAND_REJECTED"
+
+    for name, value in (("KIND", "postgres"), ("POSTGRES_HOST", pg_database.host),
+                        ("POSTGRES_PORT", str(pg_database.port)),
+                        ("POSTGRES_DBNAME", pg_database.dbname),
+                        ("POSTGRES_USER", pg_database.user),
+                        ("POSTGRES_PASSWORD", pg_database.password or "")):
+        monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)
+    redispatch = ["conflicts", "redispatch", str(conflict_id), "--node", setup.ship.node_id,
+                  "--reason", "table enabled for sync", "--actor", "ana"]
+    assert main(redispatch) == 0
+    assert main(redispatch) == 1  # nothing rejected any more: refused, nothing sent
+    assert "NOT_REDISPATCHABLE" in capsys.readouterr().err
+
+    first_again, second = decision_commands(downlink, setup.ship.node_id)
+    assert first_again.command_id == first.command_id and second.sequence > first.sequence
+    assert second.payload == first.payload  # the same decision, as a new command
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert case.command_of(setup.ship.node_id) == str(second.command_id)
+    assert setup.ship.node_id not in case.acks
+    ack(downlink, setup.ship.node_id, second.command_id, pb.COMMAND_APPLIED)
+    setup.arbiter.run_once()
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert case.state is ConflictState.ACKNOWLEDGED
+    assert pg_rows(setup.pool, "SELECT 1 FROM active_conflict WHERE conflict_id = %s",
+                   (conflict_id,)) == []

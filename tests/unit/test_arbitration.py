@@ -137,6 +137,34 @@ def test_dispatch_then_every_node_applying_acknowledges_the_case():
     assert not c.is_active
 
 
+def test_a_rejected_decision_goes_again_to_that_node_only():
+    c = case()
+    c.decide(str(uuid.uuid4()), DecisionSide.SHORE, None, SHORE_REV, str(uuid.uuid4()),
+             "policy:SHORE_WINS", "policy")
+    c.dispatch([{"node_id": "ship-a", "command_id": "c1"},
+                {"node_id": "ship-b", "command_id": "c2"}], False, "a", "queued")
+    with pytest.raises(ConflictRefused) as nothing_rejected:
+        c.redispatch("ship-a", "c3", "user:ana", "table enabled now")
+    assert nothing_rejected.value.code is ConflictRefusal.NOT_REDISPATCHABLE
+    assert not c.record_ack("ship-a", "c1", "COMMAND_REJECTED", "TARGET_SCHEMA", "node:ship-a",
+                            "not applied")
+    with pytest.raises(ConflictRefused) as unexplained:
+        c.redispatch("ship-a", "c3", "user:ana", " ")
+    assert unexplained.value.code is ConflictRefusal.REASON_REQUIRED
+    with pytest.raises(ConflictRefused):
+        c.redispatch("ship-b", "c3", "user:ana", "it did not reject")
+
+    c.redispatch("ship-a", "c3", "user:ana", "table enabled now")
+
+    assert c.state is ConflictState.DISPATCHED and "ship-a" not in c.acks
+    assert (c.command_of("ship-a"), c.command_of("ship-b")) == ("c3", "c2")
+    assert c.redispatches_to("ship-a") == 1 and c.redispatches_to("ship-b") == 0
+    assert not c.record_ack("ship-a", "c1", "COMMAND_APPLIED", "", "node:ship-a", "late")
+    assert not c.record_ack("ship-b", "c2", "COMMAND_APPLIED", "", "node:ship-b", "ok")
+    assert c.record_ack("ship-a", "c3", "COMMAND_APPLIED", "", "node:ship-a", "ok")
+    assert c.state is ConflictState.ACKNOWLEDGED
+
+
 def test_a_decision_that_deletes_gets_a_tombstone_revision_of_its_own():
     c = case()
     c.latest_evidence["incoming_after"] = None

@@ -81,6 +81,7 @@ class ConflictRefusal(enum.StrEnum):
     NOT_AUTO_DECIDABLE = "NOT_AUTO_DECIDABLE"
     LEASE_HELD = "LEASE_HELD"
     NOT_DISPATCHABLE = "NOT_DISPATCHABLE"
+    NOT_REDISPATCHABLE = "NOT_REDISPATCHABLE"
     REASON_REQUIRED = "REASON_REQUIRED"
     EVIDENCE_STALE = "EVIDENCE_STALE"
     REPLACEMENT_REQUIRED = "REPLACEMENT_REQUIRED"
@@ -288,11 +289,49 @@ class ConflictCase(Aggregate):
                               "shore_applied": shore_applied}
         self.acks = {}
 
+    def redispatch(self, node_id: str, command_id: str, actor: str, reason: str,
+                   trace_id: str = "") -> None:
+        """Send the decision again to a node that refused it (COMMAND_REJECTED: its table
+        was not enabled for sync, say), once the cause is fixed: `command_id` replaces the
+        node's command and the node's answer is awaited again."""
+        _require_reason(reason)
+        ack = self.acks.get(node_id)
+        if (self.state is not ConflictState.DISPATCHED or ack is None
+                or ack["result"] != "COMMAND_REJECTED"):
+            raise ConflictRefused(ConflictRefusal.NOT_REDISPATCHABLE,
+                                  "only a dispatched decision a node rejected can be sent to"
+                                  " that node again")
+        self._redispatched(node_id, command_id, actor, reason, trace_id)
+
+    @event("Redispatched")
+    def _redispatched(self, node_id: str, command_id: str, actor: str, reason: str,
+                      trace_id: str) -> None:
+        commands = [dict(c) for c in self.dispatch_info["commands"] if c["node_id"] != node_id]
+        counts = dict(self.dispatch_info.get("redispatches", {}))
+        counts[node_id] = int(counts.get(node_id, 0)) + 1
+        self.dispatch_info = {**self.dispatch_info, "redispatches": counts,
+                              "commands": [*commands, {"node_id": node_id,
+                                                       "command_id": command_id}]}
+        self.acks = {node: ack for node, ack in self.acks.items() if node != node_id}
+
+    def redispatches_to(self, node_id: str) -> int:
+        """How often the decision was sent to this node again."""
+        return int(self.dispatch_info.get("redispatches", {}).get(node_id, 0))
+
+    def command_of(self, node_id: str) -> str | None:
+        """The id of the decision command a node is to answer (None: none went to it)."""
+        for command in self.dispatch_info.get("commands", ()):
+            if command["node_id"] == node_id:
+                return str(command["command_id"])
+        return None
+
     def record_ack(self, node_id: str, command_id: str, result: str, reason_code: str,
                    actor: str, reason: str) -> bool:
         """A node's answer to the decision; True once every node holds the decided row
-        (the case is then ACKNOWLEDGED)."""
-        if self.state is not ConflictState.DISPATCHED or node_id in self.acks:
+        (the case is then ACKNOWLEDGED). An answer to a command the node no longer has to
+        answer (one sent before a redispatch) changes nothing."""
+        if (self.state is not ConflictState.DISPATCHED or node_id in self.acks
+                or self.command_of(node_id) != command_id):
             return False
         self._node_acknowledged(node_id, command_id, result, reason_code, actor, reason)
         expected = {str(c["node_id"]) for c in self.dispatch_info["commands"]}

@@ -314,8 +314,9 @@ class Arbiter:
         case.record_ack(command.node_id, str(command.command_id), command.result,
                         command.reason_code, actor, "decision not applied")
         if command.result != "COMMAND_CONFLICT_REPORTED":
-            log.error("conflict %s: node refused the decision (%s); an operator must look",
-                      case.id, command.reason_code)
+            log.error("conflict %s: node %s refused the decision (%s); once its cause is fixed,"
+                      " `tidesync conflicts redispatch` sends it again", case.id,
+                      command.node_id, command.reason_code)
             self._save(case, [])
             return
         if case.state is ConflictState.DISPATCHED:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def register_commands(commands: Commands) -> None:
-    conflicts = commands.add_parser("conflicts", help="inspect, decide and cancel conflicts")
+    conflicts = commands.add_parser(
+        "conflicts", help="inspect, decide, cancel and redispatch conflicts")
     sub = conflicts.add_subparsers(dest="conflicts_command", metavar="SUBCOMMAND")
     sub.required = True
     listing = sub.add_parser("list", help="active conflicts, oldest first")
@@ -51,6 +52,16 @@ def register_commands(commands: Commands) -> None:
     cancel.add_argument("--reason", required=True)
     cancel.add_argument("--actor", help="who cancels (default: the OS user)")
     cancel.set_defaults(handler=_run_cancel)
+    redispatch = sub.add_parser(
+        "redispatch", help="send a decision again to a node that rejected it (after fixing"
+                           " the cause there)")
+    redispatch.add_argument("conflict_id")
+    redispatch.add_argument("--node", required=True, help="the node that rejected it")
+    redispatch.add_argument("--reason", required=True, help="why (recorded on the case)")
+    redispatch.add_argument("--expected-version", type=int,
+                            help="refuse if the case moved past this version")
+    redispatch.add_argument("--actor", help="who asks (default: the OS user)")
+    redispatch.set_defaults(handler=_run_redispatch)
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -217,4 +228,31 @@ def _run_cancel(args: argparse.Namespace) -> int:
     finally:
         session.close()
     print(f"conflict {outcome.conflict_id} {outcome.state}")
+    return 0
+
+
+def _run_redispatch(args: argparse.Namespace) -> int:
+    from tidesync.bootstrap import event_store_env, postgres_conninfo
+    from tidesync.domain.conflict_case import ConflictRefused
+    from tidesync.shore.conflicts import ConflictCommandError
+    from tidesync.shore.downlink import DownlinkUnavailable, open_downlink
+
+    config = _config(args)
+    session = _Session(config)
+    downlink = open_downlink(event_store_env(config.event_store),
+                             postgres_conninfo(config.event_store))
+    try:
+        outcome = session.service().redispatch(
+            _case_id(args.conflict_id), args.node, f"user:{args.actor or getpass.getuser()}",
+            args.reason, downlink, expected_version=args.expected_version)
+    except (ConflictRefused, ConflictCommandError) as error:
+        print(f"tidesync: refused ({error.code}): {error.message}", file=sys.stderr)
+        return 1
+    except DownlinkUnavailable as error:
+        print(f"tidesync: the downlink store is unavailable: {error}", file=sys.stderr)
+        return 1
+    finally:
+        downlink.close()
+        session.close()
+    print(f"conflict {outcome.conflict_id} {outcome.state}: decision sent to {args.node} again")
     return 0

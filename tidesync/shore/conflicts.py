@@ -28,9 +28,11 @@ from tidesync.domain.conflict_case import (
     DecisionSide,
     key_digest,
 )
+from tidesync.domain.downlink_command import CommandKind
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
 from tidesync.shore.conflict_capture import decided_revision_statements
+from tidesync.shore.downlink import DownlinkService, NewCommand
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
@@ -38,6 +40,7 @@ from tidesync.wire.codec import NameTable, WireError, event_from_wire
 log = logging.getLogger(__name__)
 
 DECISION_NAMESPACE = uuid.UUID("b4d07c2e-5a19-5e83-9f6b-1c3e7a2d4f80")
+REDISPATCH_NAMESPACE = uuid.UUID("0d6e9a47-31b2-5c8f-a7e4-95b1c3f2d806")
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 # How often a command without an expected version reads a case again after it moved on.
@@ -152,6 +155,35 @@ class ConflictService:
             case.cancel(actor, reason, trace_id)
             return self._save(case, [("DELETE FROM active_conflict WHERE conflict_id = %s",
                                       (case.id,))])
+
+        return _again_if_moved_on(attempt, expected_version)
+
+    def redispatch(self, conflict_id: uuid.UUID, node_id: str, actor: str, reason: str,
+                   downlink: DownlinkService, expected_version: int | None = None,
+                   trace_id: str = "") -> ConflictOutcome:
+        """Send a decision again, as the command it went out as, to a node that rejected it.
+
+        The new command's id follows from the case, the node and how often the decision went
+        to it again, so asking again after a failure between issuing the command and saving
+        the case (or after the case moved on meanwhile) issues nothing twice."""
+        def attempt() -> ConflictOutcome:
+            case = self.case(conflict_id)
+            _check_version(case, expected_version)
+            source_id = uuid.uuid5(REDISPATCH_NAMESPACE, f"{case.id}\x1f{node_id}\x1f"
+                                                         f"{case.redispatches_to(node_id)}")
+            previous = case.command_of(node_id)
+            sent = None if previous is None else downlink.command(uuid.UUID(previous))
+            command = None if sent is None else NewCommand(
+                node_id, CommandKind.CONFLICT_DECISION, source_id, sent.payload,
+                conflict_id=case.id, actor=actor, reason=reason, trace_id=trace_id)
+            # The case refuses (no rejection from this node) before anything is issued.
+            case.redispatch(node_id, "" if command is None else str(command.command_id),
+                            actor, reason, trace_id)
+            if command is None:
+                raise ConflictCommandError("NOT_FOUND", "the decision's command to this node"
+                                                        " is not on record")
+            downlink.issue([command])
+            return self._save(case)
 
         return _again_if_moved_on(attempt, expected_version)
 

@@ -335,6 +335,14 @@ class DownlinkService:
                             " WHERE command_id = ANY(%s) AND followed_up_at IS NULL",
                             (list(command_ids),))])
 
+    def command(self, command_id: uuid.UUID) -> CommandRow | None:
+        """One command as the index holds it (None: no such command)."""
+        with store_errors():
+            rows = self._query(
+                "SELECT command_id, node_id, sequence, kind, source_id, payload, ack_result"
+                " FROM downlink_command WHERE command_id = %s", (command_id,))
+        return _command_row(rows[0]) if rows else None
+
     def commands_for(self, node_id: str, after_sequence: int = 0,
                      limit: int = 1000) -> list[CommandRow]:
         """The node's commands in sequence order, with their ack result (status, tests)."""
@@ -343,10 +351,7 @@ class DownlinkService:
                 "SELECT command_id, node_id, sequence, kind, source_id, payload, ack_result"
                 " FROM downlink_command WHERE node_id = %s AND sequence > %s"
                 " ORDER BY sequence LIMIT %s", (node_id, after_sequence, limit))
-        return [CommandRow(r["command_id"], r["node_id"], r["sequence"], CommandKind(r["kind"]),
-                           r["source_id"], payload_from_json(CommandKind(r["kind"]),
-                                                             r["payload"]), r["ack_result"])
-                for r in rows]
+        return [_command_row(row) for row in rows]
 
     # -------------------------------------------------------------------- database
 
@@ -408,6 +413,12 @@ def _decode_ack(ack: pb.CommandAck, names: NameTable) -> _Ack:
         CommandResult(pb.CommandResult.Name(ack.result)), ack.reason_code[:200],
         ack.detail[:1000], Revision(ack.local_revision) if ack.local_revision else None,
         ack.row_exists or current is not None, current, processed)
+
+
+def _command_row(row: DictRow) -> CommandRow:
+    kind = CommandKind(row["kind"])
+    return CommandRow(row["command_id"], row["node_id"], row["sequence"], kind, row["source_id"],
+                      payload_from_json(kind, row["payload"]), row["ack_result"])
 
 
 def _acked(row: DictRow) -> AckedCommand:
