@@ -27,6 +27,8 @@ from tidesync.domain.change_event import (
     SourceCoordinates,
     event_id_for,
 )
+from tidesync.domain.downlink_command import CommandKind, DecisionPayload
+from tidesync.shore.downlink import NewCommand
 
 pytestmark = pytest.mark.services
 
@@ -174,6 +176,10 @@ MUTATIONS = {
     "cancelConflict": (
         'mutation { cancelConflict(input: {conflictId: "00000000-0000-0000-0000-000000000000",'
         ' reason: "r"}) { __typename } }', {"operator", "admin"}, "ConflictError"),
+    "redispatchConflict": (
+        'mutation { redispatchConflict(input: {conflictId:'
+        ' "00000000-0000-0000-0000-000000000000", nodeId: "n", reason: "r"}) { __typename } }',
+        {"operator", "admin"}, "ConflictError"),
     "registerNode": (
         'mutation { registerNode(input: {nodeId: "Not Valid", reason: "r"}) { __typename } }',
         {"admin"}, "NodeError"),
@@ -519,6 +525,54 @@ def test_the_console_shows_the_arbitration_lifecycle_to_every_role(world: Consol
         ship.node_id: "COMMAND_APPLIED", "ship-beta": "COMMAND_ALREADY_APPLIED"}
     assert [ack["nodeId"] for ack in detail["acks"]] == sorted([ship.node_id, "ship-beta"])
     assert center_row(world, ship.node_id, conflict_id)["state"] == "ACKNOWLEDGED"
+
+
+REDISPATCH = """
+mutation($input: RedispatchConflictInput!) {
+  redispatchConflict(input: $input) {
+    __typename
+    ... on ConflictRedispatched { conflictId nodeId state version }
+    ... on ConflictError { code message }
+  }
+}"""
+
+
+def test_an_operator_sends_a_rejected_decision_to_the_ship_again(world: ConsoleWorld):
+    with another_ship(world) as ship:
+        conflict_id = world.make_conflict()
+    assert decide(world, conflict_id)["__typename"] == "ConflictDecided"
+    conflicts, downlink = world.apps.conflicts, world.console.downlink_service()
+    case = conflicts.get_case(uuid.UUID(conflict_id))
+    decision_id = uuid.UUID(str(case.decision["decision_id"]))
+    payload = DecisionPayload(decision_id, case.id, case.rule_id, None,
+                              RecordKey.of(case.database, case.table, {"id": 1}), None,
+                              {"qty": 3}, Revision(uuid.uuid4().bytes), "shore wins")
+    (sent,) = downlink.issue([NewCommand(ship.node_id, CommandKind.CONFLICT_DECISION,
+                                         decision_id, payload, conflict_id=case.id)])
+    case.dispatch([{"node_id": ship.node_id, "command_id": str(sent.command_id)}], True,
+                  "system:arbiter", "queued")
+    case.record_ack(ship.node_id, str(sent.command_id), "COMMAND_REJECTED", "TARGET_SCHEMA",
+                    f"node:{ship.node_id}", "not applied")
+    conflicts.save(case)
+    ask = {"input": {"conflictId": conflict_id, "nodeId": ship.node_id,
+                     "reason": "the table is enabled for sync now"}}
+
+    done = data(world.query(REDISPATCH, ask, role="operator"))["redispatchConflict"]
+
+    assert (done["__typename"], done["state"], done["nodeId"]) == (
+        "ConflictRedispatched", "DISPATCHED", ship.node_id)
+    again = data(world.query(REDISPATCH, ask, role="operator"))["redispatchConflict"]
+    assert again["code"] == "NOT_REDISPATCHABLE"
+    first, second = downlink.commands_for(ship.node_id)
+    assert first.command_id == sent.command_id and second.payload == payload
+    detail = data(world.query(LIFECYCLE, {"id": conflict_id}, role="viewer"))["conflict"]
+    assert detail["dispatch"]["commands"] == [{"nodeId": ship.node_id,
+                                               "commandId": str(second.command_id)}]
+    assert detail["acks"] == []  # the ship's answer to the new command is awaited
+    last = list(conflicts.repository.event_store.get(case.id))[-1]
+    assert type(last).__name__ == "Redispatched"
+    assert (last.node_id, last.reason) == (ship.node_id, "the table is enabled for sync now")
+    assert last.actor.startswith("user:")
 
 
 def test_the_console_shows_why_a_case_expired(world: ConsoleWorld):

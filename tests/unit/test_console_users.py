@@ -33,7 +33,7 @@ def test_the_role_matrix():
     p = Permission
     assert ROLE_PERMISSIONS[Role.VIEWER] == {p.VIEW}
     assert ROLE_PERMISSIONS[Role.OPERATOR] == {p.VIEW, p.REPLAY_JOBS, p.REBUILD_PROJECTIONS,
-                                               p.CANCEL_CONFLICTS}
+                                               p.CANCEL_CONFLICTS, p.REDISPATCH_CONFLICTS}
     assert ROLE_PERMISSIONS[Role.APPROVER] == {p.VIEW, p.READ_EVIDENCE_VALUES,
                                                p.DECIDE_CONFLICTS}
     assert ROLE_PERMISSIONS[Role.AUDITOR] == {p.VIEW, p.READ_EVIDENCE_VALUES,

@@ -39,6 +39,8 @@ class Permission(enum.StrEnum):
     REPLAY_JOBS = "REPLAY_JOBS"
     REBUILD_PROJECTIONS = "REBUILD_PROJECTIONS"
     CANCEL_CONFLICTS = "CANCEL_CONFLICTS"
+    REDISPATCH_CONFLICTS = "REDISPATCH_CONFLICTS"
+    """Send a decision a ship rejected to it again (the decision itself is not changed)."""
     DECIDE_CONFLICTS = "DECIDE_CONFLICTS"
     MANAGE_NODES = "MANAGE_NODES"
     MANAGE_USERS = "MANAGE_USERS"
@@ -47,7 +49,8 @@ class Permission(enum.StrEnum):
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({Permission.VIEW}),
     Role.OPERATOR: frozenset({Permission.VIEW, Permission.REPLAY_JOBS,
-                              Permission.REBUILD_PROJECTIONS, Permission.CANCEL_CONFLICTS}),
+                              Permission.REBUILD_PROJECTIONS, Permission.CANCEL_CONFLICTS,
+                              Permission.REDISPATCH_CONFLICTS}),
     Role.APPROVER: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,
                               Permission.DECIDE_CONFLICTS}),
     Role.AUDITOR: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,

@@ -32,8 +32,9 @@ from tidesync.migrations import MigrationError, migrate_postgres
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.operations import OperatorAction
 from tidesync.projections.registry import Catalogue, OpenApplications
-from tidesync.shore.apps import ApplyJobs, ConflictCases
+from tidesync.shore.apps import ApplyJobs, ConflictCases, Downlink
 from tidesync.shore.conflicts import ConflictService, PostgresRecordKeys, TargetRevisionReader
+from tidesync.shore.downlink import DownlinkService
 from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
@@ -213,6 +214,12 @@ class Console:
                                                        PostgresRecordKeys(self.pool))
             revisions = self._revisions
         return ConflictService(self.apps().conflict_cases, revisions)
+
+    def downlink_service(self) -> DownlinkService:
+        """Over the console's own downlink application (closed with the console)."""
+        app = self.apps().every["downlink"]
+        assert isinstance(app, Downlink)
+        return DownlinkService(app)
 
     def node_service(self, sealing: bool) -> NodeService:
         return NodeService(self.apps().nodes, self.stores.open_box() if sealing else None)

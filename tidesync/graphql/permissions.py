@@ -53,6 +53,11 @@ class CanCancelConflicts(RequiresPermission):
     message = "your role may not cancel conflicts"
 
 
+class CanRedispatchConflicts(RequiresPermission):
+    permission = Permission.REDISPATCH_CONFLICTS
+    message = "your role may not send decisions again"
+
+
 class CanDecideConflicts(RequiresPermission):
     permission = Permission.DECIDE_CONFLICTS
     message = "your role may not decide conflicts"

@@ -1,5 +1,6 @@
 """Conflict commands (§11.5, §11.3): decide (shore, ship or a full replacement value, with
-reason; refused when the record changed since the evidence) and cancel."""
+reason; refused when the record changed since the evidence), cancel, and send a decision a
+ship rejected to it again."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from tidesync.graphql.conflicts.types import (
     ConflictDecided,
     ConflictError,
     ConflictErrorCode,
+    ConflictRedispatched,
     DecideConflictResult,
+    RedispatchConflictResult,
 )
 from tidesync.graphql.context import Info
-from tidesync.graphql.permissions import CanCancelConflicts, CanDecideConflicts, allow
+from tidesync.graphql.permissions import (
+    CanCancelConflicts,
+    CanDecideConflicts,
+    CanRedispatchConflicts,
+    allow,
+)
 from tidesync.graphql.positions import Position
 from tidesync.graphql.threads import blocking
 from tidesync.shore.conflicts import (
@@ -52,6 +60,14 @@ class DecideConflictInput:
 @strawberry.input
 class CancelConflictInput:
     conflict_id: strawberry.ID
+    reason: str
+    expected_version: int | None = None
+
+
+@strawberry.input
+class RedispatchConflictInput:
+    conflict_id: strawberry.ID
+    node_id: str = strawberry.field(description="The node that rejected the decision.")
     reason: str
     expected_version: int | None = None
 
@@ -112,6 +128,31 @@ class ConflictMutations:
         return ConflictCancelled(conflict_id=strawberry.ID(str(outcome.conflict_id)),
                                  state=outcome.state, version=outcome.version,
                                  position=_position(outcome))
+
+
+    @mutation(extensions=allow(CanRedispatchConflicts),
+              description="Send a dispatched decision again to a node that rejected it (once "
+                          "the cause is fixed there): the same decision, as a new command.")
+    async def redispatch_conflict(self, info: Info, input: RedispatchConflictInput
+                                  ) -> RedispatchConflictResult:
+        context = info.context
+        conflict_id = parse_conflict_id(str(input.conflict_id))
+        if conflict_id is None:
+            return _error(input.conflict_id, ConflictErrorCode.NOT_FOUND, "no such conflict")
+
+        def run() -> ConflictOutcome:
+            console = context.console
+            return console.conflict_service().redispatch(
+                conflict_id, input.node_id[:200], context.actor, input.reason,
+                console.downlink_service(), input.expected_version, context.trace_id)
+
+        try:
+            outcome = await blocking(run)
+        except (ConflictRefused, ConflictCommandError) as error:
+            return _refusal(input.conflict_id, error)
+        return ConflictRedispatched(conflict_id=strawberry.ID(str(outcome.conflict_id)),
+                                    node_id=input.node_id, state=outcome.state,
+                                    version=outcome.version, position=_position(outcome))
 
 
 def _refusal(conflict_id: strawberry.ID,

@@ -387,6 +387,7 @@ class ConflictErrorCode(enum.Enum):
     REPLACEMENT_COLUMNS = "REPLACEMENT_COLUMNS"
     REPLACEMENT_TYPE = "REPLACEMENT_TYPE"
     INVALID_VALUE = "INVALID_VALUE"
+    NOT_REDISPATCHABLE = "NOT_REDISPATCHABLE"
 
 
 @strawberry.type(description="A conflict command that was refused, and why.")
@@ -413,7 +414,19 @@ class ConflictCancelled:
     position: WritePosition
 
 
+@strawberry.type(description="The decision went to the node again as a new command; the "
+                              "node's answer is awaited again.")
+class ConflictRedispatched:
+    conflict_id: strawberry.ID
+    node_id: str
+    state: str
+    version: int
+    position: WritePosition
+
+
 DecideConflictResult = Annotated[ConflictDecided | ConflictError,
                                  strawberry.union("DecideConflictResult")]
 CancelConflictResult = Annotated[ConflictCancelled | ConflictError,
                                  strawberry.union("CancelConflictResult")]
+RedispatchConflictResult = Annotated[ConflictRedispatched | ConflictError,
+                                     strawberry.union("RedispatchConflictResult")]
