@@ -106,8 +106,9 @@ def status_report(state: SQLiteShipState, *, downlink: bool = False) -> dict[str
         "partitions": partitions,
         "events_by_state": state.state_counts(),
         "blocked_reasons": dict(state.blocked_reasons()),
-        "blocked": [{"topic": t, "partition": p, "offset": o, "reason": r, "detail": d}
-                    for t, p, o, r, d in state.blocked(limit=20)],
+        "blocked": [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                     "reason": r.reason, "detail": r.detail}
+                    for r in state.blocked_records(limit=20)],
         "receipts_cursor": state.cursor(),
         "downlink": _downlink_report(state, downlink),
     }

@@ -942,15 +942,6 @@ class SQLiteShipState:
                                 " AND direction = ?", (self.direction.value,)).fetchone()
         return int(row[0])
 
-    def blocked(self, limit: int = 100) -> list[tuple[str, int, int, str, str]]:
-        """(topic, partition, offset, reason, detail) of blocked records, oldest first."""
-        rows = self.conn.execute(
-            "SELECT topic, kafka_partition, kafka_offset, reason, coalesce(detail, '')"
-            " FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
-            " ORDER BY topic, kafka_partition, kafka_offset LIMIT ?",
-            (self.direction.value, limit)).fetchall()
-        return [(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows]
-
     def blocked_records(self, limit: int = 100) -> list[BlockedRecord]:
         """Blocked rows, oldest position first."""
         rows = self.conn.execute(
