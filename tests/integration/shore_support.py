@@ -170,3 +170,13 @@ def pg_rows(pool: ConnectionPool, sql: str, params: Sequence[object] = ()) -> li
 
 __all__ = ["ITEMS_DDL", "ShipLog", "inbox_states", "ledger_ids", "migrated_pool", "pg_rows",
            "psycopg", "receive", "run_sql", "shore_apps"]
+
+
+def use_event_store(monkeypatch: Any, database: PostgresDatabase) -> None:
+    """Point the configuration a CLI command loads (its environment) at this database."""
+    for name, value in (("KIND", "postgres"), ("POSTGRES_HOST", database.host),
+                        ("POSTGRES_PORT", str(database.port)),
+                        ("POSTGRES_DBNAME", database.dbname),
+                        ("POSTGRES_USER", database.user),
+                        ("POSTGRES_PASSWORD", database.password or "")):
+        monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)

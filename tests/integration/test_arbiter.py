@@ -18,6 +18,7 @@ from tests.integration.shore_support import (
     ledger_ids,
     pg_rows,
     receive,
+    use_event_store,
 )
 from tests.integration.test_apply_processor import (
     SHORE_NODE,
@@ -132,6 +133,25 @@ def ack(downlink: DownlinkService, node_id: str, command_id: uuid.UUID, result: 
     assert command_id.bytes in response.accepted_command_ids
 
 
+def ship_reports_shore_change(setup: Setup, downlink: DownlinkService) -> None:
+    """The shore's row of item 1 goes to the ship as a ROW_CHANGE; the ship, holding its own
+    edit, answers COMMAND_CONFLICT_REPORTED with its row; the arbiter follows that up."""
+    shore_row = items(setup.conn)[1]
+    ship_row, ship_revision = setup.ship.rows[1]
+    record = RecordKey.of(setup.ship.database, "items", {"id": 1})
+    shore_event = uuid.uuid4()
+    (issued,) = downlink.issue([NewCommand(
+        node_id=setup.ship.node_id, kind=CommandKind.ROW_CHANGE, source_id=shore_event,
+        payload=RowChangePayload(record, Operation.UPDATE,
+                                 {"name": "anchor", "qty": 30, "price": Decimal("10.50")},
+                                 ship_revision, Revision.parse(shore_row[3]),
+                                 SHORE_NODE, shore_event))])
+    ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_CONFLICT_REPORTED,
+        reason="REVISION_MISMATCH", local=ship_revision,
+        row={k: v for k, v in ship_row.items() if k != "id"})
+    setup.arbiter.follow_up_acks()
+
+
 def test_shore_wins_keeps_the_shore_row_and_sends_it_to_the_conflicting_ship_only(
         shore, target_db, shore_mariadb, downlink):
     setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
@@ -221,21 +241,9 @@ def test_a_ship_report_of_a_shore_change_joins_the_case_of_the_same_update(
     setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
                        Policy(PolicyName.MANUAL))
     conflict_id = concurrent_update(setup)
-    shore_row = items(setup.conn)[1]
-    ship_row, ship_revision = setup.ship.rows[1]
-    record = RecordKey.of(setup.ship.database, "items", {"id": 1})
-    shore_event = uuid.uuid4()
-    (issued,) = downlink.issue([NewCommand(
-        node_id=setup.ship.node_id, kind=CommandKind.ROW_CHANGE, source_id=shore_event,
-        payload=RowChangePayload(record, Operation.UPDATE,
-                                 {"name": "anchor", "qty": 30, "price": Decimal("10.50")},
-                                 setup.ship.rows[1][1], Revision.parse(shore_row[3]),
-                                 SHORE_NODE, shore_event))])
+    _, ship_revision = setup.ship.rows[1]
 
-    ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_CONFLICT_REPORTED,
-        reason="REVISION_MISMATCH", local=ship_revision,
-        row={k: v for k, v in ship_row.items() if k != "id"})
-    setup.arbiter.follow_up_acks()
+    ship_reports_shore_change(setup, downlink)
 
     case = setup.apps.conflicts.get_case(conflict_id)
     assert len(case.evidence) == 2  # the uplink's and the ship's report, one case
@@ -342,22 +350,9 @@ def test_a_report_joining_while_a_person_decides(shore, target_db, shore_mariadb
                        Policy(PolicyName.MANUAL))
     conflict_id = concurrent_update(setup)
     setup.arbiter.run_once()
-    shore_row = items(setup.conn)[1]
-    ship_row, ship_revision = setup.ship.rows[1]
-    record = RecordKey.of(setup.ship.database, "items", {"id": 1})
-    shore_event = uuid.uuid4()
 
     def ship_reports() -> None:
-        (issued,) = downlink.issue([NewCommand(
-            node_id=setup.ship.node_id, kind=CommandKind.ROW_CHANGE, source_id=shore_event,
-            payload=RowChangePayload(record, Operation.UPDATE,
-                                     {"name": "anchor", "qty": 30, "price": Decimal("10.50")},
-                                     ship_revision, Revision.parse(shore_row[3]),
-                                     SHORE_NODE, shore_event))])
-        ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_CONFLICT_REPORTED,
-            reason="REVISION_MISMATCH", local=ship_revision,
-            row={k: v for k, v in ship_row.items() if k != "id"})
-        setup.arbiter.follow_up_acks()
+        ship_reports_shore_change(setup, downlink)
 
     looked_at = setup.apps.conflicts.get_case(conflict_id)
     assert looked_at.state is ConflictState.PENDING_MANUAL
@@ -390,12 +385,7 @@ def test_a_rejected_decision_is_sent_again_once_the_cause_is_fixed(
     assert case.state is ConflictState.DISPATCHED  # waits for someone to fix the ship
     assert case.acks[setup.ship.node_id]["result"] == "COMMAND_REJECTED"
 
-    for name, value in (("KIND", "postgres"), ("POSTGRES_HOST", pg_database.host),
-                        ("POSTGRES_PORT", str(pg_database.port)),
-                        ("POSTGRES_DBNAME", pg_database.dbname),
-                        ("POSTGRES_USER", pg_database.user),
-                        ("POSTGRES_PASSWORD", pg_database.password or "")):
-        monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)
+    use_event_store(monkeypatch, pg_database)
     redispatch = ["conflicts", "redispatch", str(conflict_id), "--node", setup.ship.node_id,
                   "--reason", "table enabled for sync", "--actor", "ana"]
     assert main(redispatch) == 0

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests import target_events
+from tests.integration.shore_support import use_event_store
 from tests.integration.test_capture_mariadb import run_until_caught_up
 from tests.integration.test_ingress import make_config
 from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
@@ -301,12 +302,7 @@ def test_a_released_hold_is_skipped_and_the_partition_goes_on(
         shore: ShoreSide, downlink: DownlinkService, applier: MySQLTargetApplier,
         pg_database: PostgresDatabase, held_while_released: bool,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    for name, value in (("KIND", "postgres"), ("POSTGRES_HOST", pg_database.host),
-                        ("POSTGRES_PORT", str(pg_database.port)),
-                        ("POSTGRES_DBNAME", pg_database.dbname),
-                        ("POSTGRES_USER", pg_database.user),
-                        ("POSTGRES_PASSWORD", pg_database.password or "")):
-        monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)
+    use_event_store(monkeypatch, pg_database)
     config = make_config(pg_database)
     holds = ShoreCdcHolds.open(postgres_conninfo(config.event_store))
     operations = OperationsApplication(env=event_store_env(config.event_store))
