@@ -294,6 +294,11 @@ class ConflictCase(Aggregate):
         """Send the decision again to a node that refused it (COMMAND_REJECTED: its table
         was not enabled for sync, say), once the cause is fixed: `command_id` replaces the
         node's command and the node's answer is awaited again."""
+        self.check_redispatch(node_id, reason)
+        self._redispatched(node_id, command_id, actor, reason, trace_id)
+
+    def check_redispatch(self, node_id: str, reason: str) -> None:
+        """Raise ConflictRefused unless `redispatch` to this node would be accepted."""
         _require_reason(reason)
         ack = self.acks.get(node_id)
         if (self.state is not ConflictState.DISPATCHED or ack is None
@@ -301,7 +306,6 @@ class ConflictCase(Aggregate):
             raise ConflictRefused(ConflictRefusal.NOT_REDISPATCHABLE,
                                   "only a dispatched decision a node rejected can be sent to"
                                   " that node again")
-        self._redispatched(node_id, command_id, actor, reason, trace_id)
 
     @event("Redispatched")
     def _redispatched(self, node_id: str, command_id: str, actor: str, reason: str,

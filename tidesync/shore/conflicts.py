@@ -169,20 +169,19 @@ class ConflictService:
         def attempt() -> ConflictOutcome:
             case = self.case(conflict_id)
             _check_version(case, expected_version)
-            source_id = uuid.uuid5(REDISPATCH_NAMESPACE, f"{case.id}\x1f{node_id}\x1f"
-                                                         f"{case.redispatches_to(node_id)}")
+            case.check_redispatch(node_id, reason)  # before anything is issued
             previous = case.command_of(node_id)
             sent = None if previous is None else downlink.command(uuid.UUID(previous))
-            command = None if sent is None else NewCommand(
-                node_id, CommandKind.CONFLICT_DECISION, source_id, sent.payload,
-                conflict_id=case.id, actor=actor, reason=reason, trace_id=trace_id)
-            # The case refuses (no rejection from this node) before anything is issued.
-            case.redispatch(node_id, "" if command is None else str(command.command_id),
-                            actor, reason, trace_id)
-            if command is None:
+            if sent is None:
                 raise ConflictCommandError("NOT_FOUND", "the decision's command to this node"
                                                         " is not on record")
+            source_id = uuid.uuid5(REDISPATCH_NAMESPACE, f"{case.id}\x1f{node_id}\x1f"
+                                                         f"{case.redispatches_to(node_id)}")
+            command = NewCommand(node_id, CommandKind.CONFLICT_DECISION, source_id,
+                                 sent.payload, conflict_id=case.id, actor=actor, reason=reason,
+                                 trace_id=trace_id)
             downlink.issue([command])
+            case.redispatch(node_id, str(command.command_id), actor, reason, trace_id)
             return self._save(case)
 
         return _again_if_moved_on(attempt, expected_version)
