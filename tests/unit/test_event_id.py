@@ -22,6 +22,7 @@ from tidesync.domain.change_event import (
     event_id_for,
     tombstone_revision,
 )
+from tidesync.domain.values import BitString, JsonText, canonical_text, canonical_value
 
 names = st.text(min_size=1, max_size=12)
 key_values = st.one_of(
@@ -111,6 +112,32 @@ GOLDEN_ID = "a247c8c2-7a0e-53bc-8d31-65abb63551cb"
 def test_golden_event_id_never_changes_between_versions():
     # Stored ids on the shore depend on this value; changing the formula breaks dedup.
     assert str(event_id_for(GOLDEN_SOURCE, GOLDEN_KEY, Operation.UPDATE)) == GOLDEN_ID
+
+
+any_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.text(max_size=12),
+    st.binary(max_size=8), st.floats(allow_nan=False, allow_infinity=False),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.datetimes(timezones=st.just(dt.UTC)), st.dates(), st.times(),
+    st.builds(JsonText, st.text(max_size=8)),
+    st.builds(lambda bits: BitString(len(bits), int(bits or "0", 2)),
+              st.text(alphabet="01", min_size=1, max_size=9)),
+)
+
+
+@given(st.lists(st.tuples(st.text(max_size=8), any_values), max_size=4))
+def test_canonical_text_is_the_json_of_the_tagged_values(pairs):
+    # Record keys and event ids are stored; the text must stay the JSON it always was.
+    expected = json.dumps([[name, canonical_value(value)] for name, value in pairs],
+                          separators=(",", ":"), ensure_ascii=False)
+    assert canonical_text(pairs) == expected
+
+
+def test_golden_canonical_record_key_never_changes_between_versions():
+    key = RecordKey.of("inventory", "customers", [("id", 1004), ("code", 'Ä"\\n')])
+    assert key.canonical() == (
+        '[["database",["str","inventory"]],["schema",["null"]],["table",["str","customers"]]]'
+        '[["id",["int","1004"]],["code",["str","Ä\\"\\\\n"]]]')
 
 
 def test_event_id_is_stable_across_processes():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -101,12 +102,16 @@ class RecordKey:
 
     def canonical(self) -> str:
         """Canonical text of the whole key: stable across processes and versions."""
-        return canonical_text(
-            [("database", self.database), ("schema", self.schema), ("table", self.table)]
-        ) + self.key_text()
+        return _table_text(self.database, self.schema, self.table) + self.key_text()
 
     def as_dict(self) -> dict[str, Value]:
         return dict(self.primary_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _table_text(database: str, schema: str | None, table: str) -> str:
+    """The table part of `RecordKey.canonical()`, the same for every row of a table."""
+    return canonical_text([("database", database), ("schema", schema), ("table", table)])
 
 
 @dataclass(frozen=True, slots=True)

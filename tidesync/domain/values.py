@@ -52,12 +52,20 @@ Row: TypeAlias = Mapping[str, Value]
 
 
 def frozen_row(items: Mapping[str, Value] | Iterable[tuple[str, Value]]) -> Row:
-    """A read-only copy of a row, so value objects holding it stay immutable."""
+    """A read-only copy of a row, so value objects holding it stay immutable.
+
+    A mapping proxy is taken as already frozen: whoever made it keeps no handle on its dict
+    (decoders hand their fresh dicts over this way, saving a copy per image).
+    """
+    if type(items) is MappingProxyType:
+        return items
     return MappingProxyType(dict(items))
 
 
 def require_utc(moment: dt.datetime) -> dt.datetime:
     """Refuse naive datetimes; convert aware ones to UTC."""
+    if moment.tzinfo is dt.UTC:
+        return moment  # already UTC (decoded times are): nothing to convert
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
     return moment.astimezone(dt.UTC)
@@ -99,9 +107,30 @@ def canonical_value(value: Value) -> list[object]:
 
 
 def canonical_text(pairs: Iterable[tuple[str, Value]]) -> str:
-    """Stable text of named values in the given order (column order is significant)."""
-    body = [[name, canonical_value(value)] for name, value in pairs]
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    """Stable text of named values in the given order (column order is significant).
+
+    The JSON of `[[name, canonical_value(value)], …]` without spaces or ASCII escaping. It
+    runs for every key of every applied event, so the common pieces are written directly:
+    the same text `json.dumps` gives, part by part.
+    """
+    parts = []
+    for name, value in pairs:
+        if isinstance(value, str):
+            encoded = f'["str",{_json_string(value)}]'
+        elif isinstance(value, int) and not isinstance(value, bool):
+            encoded = f'["int","{value!s}"]'
+        elif value is None:
+            encoded = '["null"]'
+        else:
+            encoded = _CANONICAL_JSON(canonical_value(value))
+        label = _json_string(name) if type(name) is str else _CANONICAL_JSON(name)
+        parts.append(f"[{label},{encoded}]")
+    return f"[{','.join(parts)}]"
+
+
+_CANONICAL_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_json_string = json.encoder.encode_basestring
+"""What that encoder writes for a str (quoted, escaped, non-ASCII kept)."""
 
 
 def value_to_json(value: Value) -> object:

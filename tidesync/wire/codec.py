@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import TypeVar
 
 import zstandard
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
@@ -194,6 +195,11 @@ def _temporal_or_special_to_wire(value: Value, out: pb.Value) -> None:
 def value_from_wire(wire: pb.Value, revisions: EventRevisions | None = None) -> Value:
     """The domain value of a wire value; raises MalformedPayload for anything unreadable."""
     kind = wire.WhichOneof("kind")
+    # The common kinds first, without a table lookup: this runs for every column received.
+    if kind == "int_value":
+        return wire.int_value
+    if kind == "text":
+        return wire.text
     if kind is None:
         raise MalformedPayload("value without a kind")
     if kind == "event_revision":
@@ -323,7 +329,13 @@ def columns_to_wire(
 def columns_from_wire(
     columns: Iterable[pb.Column], names: NameTable, revisions: EventRevisions | None = None,
 ) -> list[tuple[str, Value]]:
-    pairs = [(names.name(c.name_ref), value_from_wire(c.value, revisions)) for c in columns]
+    if not columns:
+        return []
+    table = names.names  # (indexed directly, as `names.name` does: this runs per image)
+    try:
+        pairs = [(table[c.name_ref], value_from_wire(c.value, revisions)) for c in columns]
+    except IndexError as error:
+        raise MalformedPayload("name reference outside the table") from error
     if len(pairs) > 1 and len({name for name, _ in pairs}) != len(pairs):
         raise MalformedPayload("a column appears twice")
     return pairs
@@ -338,12 +350,15 @@ def record_key_to_wire(key: RecordKey, names: NameTable, out: pb.RecordKey) -> N
 
 
 def record_key_from_wire(wire: pb.RecordKey, names: NameTable) -> RecordKey:
-    schema = names.name(wire.schema_ref) if wire.HasField("schema_ref") else None
+    table = names.names  # (indexed directly, as `names.name` does: this runs per event)
     try:  # (as `with _malformed_on_error`, which costs more: this runs for every event)
         return RecordKey(
-            names.name(wire.database_ref), names.name(wire.table_ref),
-            tuple(columns_from_wire(wire.primary_key, names)), schema,
+            table[wire.database_ref], table[wire.table_ref],
+            tuple(columns_from_wire(wire.primary_key, names)),
+            table[wire.schema_ref] if wire.HasField("schema_ref") else None,
         )
+    except IndexError as error:
+        raise MalformedPayload("name reference outside the table") from error
     except _CONVERSION_ERRORS as error:
         raise MalformedPayload("bad record key") from error
 
@@ -451,12 +466,13 @@ def event_from_wire(
         _revision_from(wire.result_revision, "result_revision"),
     )
     before, after = _images_from_wire(wire, operation, record, names, revisions)
+    table, has = names.names, wire.HasField  # (looked up once: this runs for every event)
     try:  # (as `with _malformed_on_error`, which costs more: this runs for every event)
         return ChangeEvent(
             event_id=_uuid_from(wire.event_id, "event_id"),
-            origin_node_id=names.name(wire.origin_node_ref),
-            source_connector_id=names.name(wire.source_connector_ref),
-            source_topic=names.name(wire.source_topic_ref),
+            origin_node_id=table[wire.origin_node_ref],
+            source_connector_id=table[wire.source_connector_ref],
+            source_topic=table[wire.source_topic_ref],
             source_partition=wire.source_partition,
             source_position=wire.source_position,
             record=record, operation=operation,
@@ -465,21 +481,19 @@ def event_from_wire(
             base_revision=revisions.base, result_revision=revisions.result,
             trace_id=wire.trace_id, replay_epoch=wire.replay_epoch,
             schema_version=schema_version,
-            source_details=dict(columns_from_wire(wire.source_details, names)),
-            source_sequence=_if_set(wire, "source_sequence"),
-            rule_id=None if not wire.HasField("rule_id_ref") else names.name(wire.rule_id_ref),
-            rule_version=_if_set(wire, "rule_version"),
-            transaction_id=_if_set(wire, "transaction_id"),
-            transaction_order=_if_set(wire, "transaction_order"),
-            business_occurred_at=None if not wire.HasField("business_occurred_at_micros")
-            else _moment(wire.business_occurred_at_micros),
+            source_details=MappingProxyType(dict(columns_from_wire(wire.source_details, names))),
+            source_sequence=wire.source_sequence if has("source_sequence") else None,
+            rule_id=table[wire.rule_id_ref] if has("rule_id_ref") else None,
+            rule_version=wire.rule_version if has("rule_version") else None,
+            transaction_id=wire.transaction_id if has("transaction_id") else None,
+            transaction_order=wire.transaction_order if has("transaction_order") else None,
+            business_occurred_at=_moment(wire.business_occurred_at_micros)
+            if has("business_occurred_at_micros") else None,
         )
+    except IndexError as error:
+        raise MalformedPayload("name reference outside the table") from error
     except _CONVERSION_ERRORS as error:
         raise MalformedPayload("inconsistent change event") from error
-
-
-def _if_set(wire: Message, field: str) -> Any:
-    return getattr(wire, field) if wire.HasField(field) else None
 
 
 def _images_from_wire(
@@ -488,16 +502,25 @@ def _images_from_wire(
 ) -> tuple[Row | None, Row | None]:
     before = columns_from_wire(wire.before, names, revisions)
     after = columns_from_wire(wire.after, names, revisions)
-    key = list(record.primary_key)
-    if {name for name, _ in before + after} & {name for name, _ in key}:
-        raise MalformedPayload("an image repeats a key column")
     if operation in (Operation.INSERT, Operation.SNAPSHOT):
         if before or wire.before_omitted:
             raise MalformedPayload(f"{operation} carries no before image")
-        return None, dict(key + after)
+        return None, _with_key(record, after)
     if operation is Operation.DELETE and after:
         raise MalformedPayload("DELETE carries no after image")
-    return dict(key + before), (None if operation is Operation.DELETE else dict(key + after))
+    return (_with_key(record, before),
+            None if operation is Operation.DELETE else _with_key(record, after))
+
+
+def _with_key(record: RecordKey, image: list[tuple[str, Value]]) -> Row:
+    """An image with the key columns it left out, handed over frozen (see `frozen_row`:
+    nothing else holds the dict)."""
+    row = dict(record.primary_key)
+    row.update(image)
+    # The image's names are distinct, so a shorter row means it named a key column.
+    if len(row) != len(record.primary_key) + len(image):
+        raise MalformedPayload("an image repeats a key column")
+    return MappingProxyType(row)
 
 
 _WIRE_OPERATIONS: dict[Operation, pb.Operation] = {
