@@ -27,7 +27,7 @@ from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ApplyProcessor
 from tidesync.shore.work_queue import PostgresWorkQueue
-from tidesync.shore.worker import ShoreApps
+from tidesync.shore.worker import ShoreApps, settle_startup_heap
 from tidesync.target.contract import TargetOutcomeKind
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.schema import enable_mysql_table
@@ -107,6 +107,7 @@ def _processor(mariadb: MariaDBInstance, database: str, n: int) -> float:
                                        applier, lambda: dt.datetime.now(dt.UTC))
             try:
                 applier.current_row(database, TABLE, {"id": 0})
+                settle_startup_heap()  # as `tidesync shore work` does once started
                 with timed() as timing:
                     done = 0
                     while (count := processor.run_once()) > 0:

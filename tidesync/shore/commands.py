@@ -66,7 +66,7 @@ def _run_serve(args: argparse.Namespace) -> int:
 def _run_work(args: argparse.Namespace) -> int:
     from tidesync.bootstrap import build_target_applier
     from tidesync.shore.processor import ProcessorSettings
-    from tidesync.shore.worker import build_worker
+    from tidesync.shore.worker import build_worker, settle_startup_heap
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = _config(args)
@@ -77,6 +77,7 @@ def _run_work(args: argparse.Namespace) -> int:
     if args.worker_id:
         settings.worker_id = args.worker_id
     worker, close = build_worker(config, applier, settings=settings)
+    settle_startup_heap()
     try:
         if args.once:
             while worker.run_once() > 0:
