@@ -222,6 +222,11 @@ def test_revisions_are_16_bytes_from_text_or_binary():
         raise AssertionError(f"accepted revision {bad!r}")
 
 
+@given(st.binary(min_size=16, max_size=16))
+def test_revision_text_is_the_uuid_text(raw):
+    assert Revision(raw).text == str(uuid.UUID(bytes=raw))
+
+
 def test_tombstone_revision_is_deterministic_per_event():
     a, b = uuid.uuid4(), uuid.uuid4()
     assert tombstone_revision(a) == tombstone_revision(a)

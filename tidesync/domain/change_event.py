@@ -63,7 +63,9 @@ class Revision:
 
     @property
     def text(self) -> str:
-        return str(uuid.UUID(bytes=self.value))
+        """The UUID text form (`str(uuid.UUID(bytes=value))`, written without the UUID)."""
+        h = self.value.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     def __str__(self) -> str:
         return self.text
