@@ -8,6 +8,7 @@ rows, 500 per transaction. The ratio is the processor's.
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import uuid
 from typing import Any
 
@@ -107,11 +108,16 @@ def _processor(mariadb: MariaDBInstance, database: str, n: int) -> float:
                                        applier, lambda: dt.datetime.now(dt.UTC))
             try:
                 applier.current_row(database, TABLE, {"id": 0})
+                thresholds = gc.get_threshold()
                 settle_startup_heap()  # as `tidesync shore work` does once started
-                with timed() as timing:
-                    done = 0
-                    while (count := processor.run_once()) > 0:
-                        done += count
+                try:
+                    with timed() as timing:
+                        done = 0
+                        while (count := processor.run_once()) > 0:
+                            done += count
+                finally:  # the other paths run with the interpreter's defaults
+                    gc.unfreeze()
+                    gc.set_threshold(*thresholds)
                 if done != n:
                     raise baselines.BaselineFailed(f"processor finalized {done} of {n}")
             finally:
