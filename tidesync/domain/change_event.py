@@ -86,8 +86,8 @@ class RecordKey:
     def __post_init__(self) -> None:
         if not self.primary_key:
             raise ValueError("a record key needs at least one primary key column")
-        names = [name for name, _ in self.primary_key]
-        if len(set(names)) != len(names):
+        if len(self.primary_key) > 1 and len({name for name, _ in self.primary_key}) != len(
+                self.primary_key):
             raise ValueError("duplicate primary key column")
 
     @classmethod
@@ -201,15 +201,16 @@ class ChangeEvent:
             raise ValueError("UPDATE needs before and after images")
         if self.operation is Operation.DELETE and (self.before is None or self.after is not None):
             raise ValueError("DELETE needs a before image and no after image")
-        object.__setattr__(self, "captured_at", require_utc(self.captured_at))
-        if self.business_occurred_at is not None:
-            object.__setattr__(
-                self, "business_occurred_at", require_utc(self.business_occurred_at)
-            )
+        # Each field is replaced only when normalizing changes it: decoded events arrive in
+        # UTC with frozen images, and this runs for every event applied.
+        for name in ("captured_at", "business_occurred_at"):
+            moment = getattr(self, name)
+            if moment is not None and moment is not (utc := require_utc(moment)):
+                object.__setattr__(self, name, utc)
         for name in ("before", "after", "source_details"):
             image = getattr(self, name)
-            if image is not None:
-                object.__setattr__(self, name, frozen_row(image))
+            if image is not None and image is not (frozen := frozen_row(image)):
+                object.__setattr__(self, name, frozen)
 
     @property
     def database(self) -> str:
