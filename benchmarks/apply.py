@@ -2,7 +2,8 @@
 streams, inbox finalize) and the target applier alone, versus raw compare-and-set updates.
 
 Starts a private MariaDB and a fresh PostgreSQL database; every path updates the same number of
-rows, 500 per transaction. The ratio is the processor's.
+rows, 500 per transaction. The ratio is the processor's; it runs with the garbage collector
+set up as `tidesync shore work` sets it once started, the other paths with Python's defaults.
 """
 
 from __future__ import annotations
