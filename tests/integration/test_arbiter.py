@@ -133,6 +133,17 @@ def ack(downlink: DownlinkService, node_id: str, command_id: uuid.UUID, result: 
     assert command_id.bytes in response.accepted_command_ids
 
 
+def applied_and_released(setup: Setup, downlink: DownlinkService, conflict_id: uuid.UUID,
+                         command_id: uuid.UUID) -> None:
+    """The ship applies the decision: the case is ACKNOWLEDGED and its active key released."""
+    ack(downlink, setup.ship.node_id, command_id, pb.COMMAND_APPLIED)
+    setup.arbiter.run_once()
+    case = setup.apps.conflicts.get_case(conflict_id)
+    assert case.state is ConflictState.ACKNOWLEDGED
+    assert pg_rows(setup.pool, "SELECT 1 FROM active_conflict WHERE conflict_id = %s",
+                   (conflict_id,)) == []
+
+
 def ship_reports_shore_change(setup: Setup, downlink: DownlinkService) -> None:
     """The shore's row of item 1 goes to the ship as a ROW_CHANGE; the ship, holding its own
     edit, answers COMMAND_CONFLICT_REPORTED with its row; the arbiter follows that up."""
@@ -174,12 +185,7 @@ def test_shore_wins_keeps_the_shore_row_and_sends_it_to_the_conflicting_ship_onl
                                            "price": Decimal("10.50")}
     assert decision_commands(downlink, OTHER_SHIP) == []  # it already has the shore's row
 
-    ack(downlink, setup.ship.node_id, command.command_id, pb.COMMAND_APPLIED)
-    setup.arbiter.run_once()
-    case = setup.apps.conflicts.get_case(conflict_id)
-    assert case.state is ConflictState.ACKNOWLEDGED
-    assert pg_rows(setup.pool, "SELECT 1 FROM active_conflict WHERE conflict_id = %s",
-                   (conflict_id,)) == []
+    applied_and_released(setup, downlink, conflict_id, command.command_id)
     assert setup.arbiter.run_once() == 0  # nothing left to do, nothing done twice
 
 
@@ -398,9 +404,4 @@ def test_a_rejected_decision_is_sent_again_once_the_cause_is_fixed(
     case = setup.apps.conflicts.get_case(conflict_id)
     assert case.command_of(setup.ship.node_id) == str(second.command_id)
     assert setup.ship.node_id not in case.acks
-    ack(downlink, setup.ship.node_id, second.command_id, pb.COMMAND_APPLIED)
-    setup.arbiter.run_once()
-    case = setup.apps.conflicts.get_case(conflict_id)
-    assert case.state is ConflictState.ACKNOWLEDGED
-    assert pg_rows(setup.pool, "SELECT 1 FROM active_conflict WHERE conflict_id = %s",
-                   (conflict_id,)) == []
+    applied_and_released(setup, downlink, conflict_id, second.command_id)
