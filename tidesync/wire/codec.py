@@ -350,15 +350,12 @@ def record_key_to_wire(key: RecordKey, names: NameTable, out: pb.RecordKey) -> N
 
 
 def record_key_from_wire(wire: pb.RecordKey, names: NameTable) -> RecordKey:
-    table = names.names  # (indexed directly, as `names.name` does: this runs per event)
     try:  # (as `with _malformed_on_error`, which costs more: this runs for every event)
         return RecordKey(
-            table[wire.database_ref], table[wire.table_ref],
+            names.name(wire.database_ref), names.name(wire.table_ref),
             tuple(columns_from_wire(wire.primary_key, names)),
-            table[wire.schema_ref] if wire.HasField("schema_ref") else None,
+            names.name(wire.schema_ref) if wire.HasField("schema_ref") else None,
         )
-    except IndexError as error:
-        raise MalformedPayload("name reference outside the table") from error
     except _CONVERSION_ERRORS as error:
         raise MalformedPayload("bad record key") from error
 
@@ -466,13 +463,13 @@ def event_from_wire(
         _revision_from(wire.result_revision, "result_revision"),
     )
     before, after = _images_from_wire(wire, operation, record, names, revisions)
-    table, has = names.names, wire.HasField  # (looked up once: this runs for every event)
+    has = wire.HasField  # (looked up once: this runs for every event)
     try:  # (as `with _malformed_on_error`, which costs more: this runs for every event)
         return ChangeEvent(
             event_id=_uuid_from(wire.event_id, "event_id"),
-            origin_node_id=table[wire.origin_node_ref],
-            source_connector_id=table[wire.source_connector_ref],
-            source_topic=table[wire.source_topic_ref],
+            origin_node_id=names.name(wire.origin_node_ref),
+            source_connector_id=names.name(wire.source_connector_ref),
+            source_topic=names.name(wire.source_topic_ref),
             source_partition=wire.source_partition,
             source_position=wire.source_position,
             record=record, operation=operation,
@@ -483,15 +480,13 @@ def event_from_wire(
             schema_version=schema_version,
             source_details=MappingProxyType(dict(columns_from_wire(wire.source_details, names))),
             source_sequence=wire.source_sequence if has("source_sequence") else None,
-            rule_id=table[wire.rule_id_ref] if has("rule_id_ref") else None,
+            rule_id=names.name(wire.rule_id_ref) if has("rule_id_ref") else None,
             rule_version=wire.rule_version if has("rule_version") else None,
             transaction_id=wire.transaction_id if has("transaction_id") else None,
             transaction_order=wire.transaction_order if has("transaction_order") else None,
             business_occurred_at=_moment(wire.business_occurred_at_micros)
             if has("business_occurred_at_micros") else None,
         )
-    except IndexError as error:
-        raise MalformedPayload("name reference outside the table") from error
     except _CONVERSION_ERRORS as error:
         raise MalformedPayload("inconsistent change event") from error
 
