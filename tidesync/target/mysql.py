@@ -313,9 +313,8 @@ class MySQLTargetApplier(CompareAndSetApplier):
     def _revision_literal(self, shape: TableShape, revision: Revision) -> str:
         if shape.revision_as_bytes:
             return self._literal(revision.value)
-        # UUID text is hex digits and dashes: nothing to escape (and this is 5x uuid.UUID).
-        h = revision.value.hex()
-        return f"'{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}'"
+        # UUID text is hex digits and dashes: nothing to escape.
+        return f"'{revision.text}'"
 
     def _metadata_literals(self, write: PlannedWrite, now: dt.datetime) -> tuple[str, ...]:
         event = write.event
