@@ -5,7 +5,6 @@ Event store settings become the `eventsourcing` library's environment for each a
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment
 
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, TargetConfig
+from tidesync.domain.clock import Clock, utc_now
 
 if TYPE_CHECKING:
     from tidesync.ingress.routes import Ingress
@@ -92,7 +92,7 @@ def _quote(value: str) -> str:
 
 
 def build_ingress(
-    config: Config, *, clock: Callable[[], dt.datetime] | None = None,
+    config: Config, *, clock: Clock | None = None,
     monotonic: Callable[[], float] = time.monotonic, sync_conninfo: str | None = None,
 ) -> Ingress:
     """The /sync/v1 API on the configured stores: nodes in the event store, the sync tables
@@ -120,7 +120,7 @@ def build_ingress(
     return Ingress(
         IngressSettings.of(shore), directory, limiter,
         IdentitySource.of(shore.client_identity_header, shore.trusted_proxies),
-        build_sync_tables(config, sync_conninfo), clock or _utc_now,
+        build_sync_tables(config, sync_conninfo), clock or utc_now,
     )
 
 
@@ -166,6 +166,3 @@ def build_target_applier(target: TargetConfig) -> TargetApplier:
 
     return MySQLTargetApplier.from_config(target)
 
-
-def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)

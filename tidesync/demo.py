@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import gc
 import hashlib
 import logging
@@ -48,6 +47,7 @@ from tidesync.config import (
     ShipConfig,
     TargetConfig,
 )
+from tidesync.domain.clock import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def register_node(config: Config) -> str:
     app = NodesApplication(env=event_store_env(config.event_store))
     try:
         issued = NodeService(app, box).register(
-            SHIP_NODE_ID, Actor("demo", "embedded-default demo"), dt.datetime.now(dt.UTC))
+            SHIP_NODE_ID, Actor("demo", "embedded-default demo"), utc_now())
     finally:
         app.close()
     return issued.text

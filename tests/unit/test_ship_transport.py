@@ -7,6 +7,7 @@ demand. The real shore is used wherever it can produce the condition (tests/inte
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import http.server
 import random
 import threading
@@ -17,6 +18,7 @@ from typing import ClassVar
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.domain.backoff import Backoff
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.transport import (
@@ -32,7 +34,7 @@ from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.signing import NODE_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER
 
 SECRET = bytes(range(32))
-NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+NOW = rounded_now()
 
 
 class Stub(http.server.BaseHTTPRequestHandler):
@@ -149,6 +151,18 @@ def test_retry_after_from_the_header_or_the_body() -> None:
         with pytest.raises(ShoreRefused) as second:
             shore.upload(batch())
     assert (first.value.retry_after, second.value.retry_after) == (7.0, 5.0)
+
+
+def test_an_http_date_retry_after_is_read_against_the_links_clock() -> None:
+    # A ship whose clock runs three days behind the wall clock: the shore's date is read
+    # against the ship's own clock, never against another one.
+    ship_now = NOW - dt.timedelta(days=3)
+    at = email.utils.format_datetime(ship_now + dt.timedelta(seconds=90), usegmt=True)
+    with stub((503, {"Retry-After": at}, error("STORE_UNAVAILABLE"))) as url:
+        shore = HttpShoreLink(url, "ship-7", SECRET, clock=lambda: ship_now, timeout=5.0)
+        with pytest.raises(ShoreRefused) as refused:
+            shore.upload(batch())
+    assert refused.value.retry_after == 90.0
 
 
 def test_dropped_connections_and_timeouts_are_link_down() -> None:

@@ -7,7 +7,6 @@ then answer UNAVAILABLE until it is back).
 
 from __future__ import annotations
 
-import datetime as dt
 import fnmatch
 import logging
 import threading
@@ -23,6 +22,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from tidesync.config import ConsoleConfig
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.graphql.accounts import TokenAuthenticator, UsersApplication, UserService
 from tidesync.graphql.limits import QueryLimits
 from tidesync.graphql.positions import FollowedProjection, ReadModelWaits
@@ -41,9 +41,6 @@ log = logging.getLogger(__name__)
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 READ_REASON = "console query"
@@ -98,7 +95,7 @@ class ConsoleApps:
 class Console:
     settings: ConsoleConfig
     stores: ConsoleStores
-    clock: Callable[[], dt.datetime] = utc_now
+    clock: Clock = utc_now
     catalogue: Catalogue = field(default_factory=default_catalogue)
     pool: Pool = field(init=False)
     authenticator: TokenAuthenticator = field(init=False)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tidesync.config import Config, load_config
+from tidesync.domain.clock import utc_now
 
 if TYPE_CHECKING:
     from tidesync.ingress.nodes import Actor, NodeService, NodeSummary
@@ -151,7 +152,7 @@ def _with_service(args: argparse.Namespace,
     config = load_config(args.config)
     try:
         with _service(config, needs_key) as service:
-            run(service, dt.datetime.now(dt.UTC))
+            run(service, utc_now())
     except (NodeError, MasterKeyError, ValueError) as error:
         print(f"tidesync nodes: {error}", file=sys.stderr)
         return 1

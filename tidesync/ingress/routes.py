@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tidesync.config import ShoreConfig
+from tidesync.domain.clock import Clock
 from tidesync.ingress.auth import (
     AuthError,
     AuthReason,
@@ -64,7 +65,6 @@ STORE_RETRY_AFTER = 5
 _FRESH_AFTER_FAILURE = 1.0
 """A failed signature re-reads the node if its cached credentials are older than this (s)."""
 
-Clock = Callable[[], dt.datetime]
 
 
 class IngressReason(enum.StrEnum):

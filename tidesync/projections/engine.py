@@ -197,7 +197,8 @@ class PostgresProjectionRunner:
                started: float) -> None:
         elapsed = time.perf_counter() - started
         self._rate = count / elapsed if count and elapsed > 0 else self._rate
-        # The WHERE guard makes a runner that read a stale position fail instead of writing
+        # updated_at and last_batch_at are database time, shown in status and compared with
+        # nothing. The WHERE guard makes a runner that read a stale position fail instead of writing
         # the same view rows twice.
         cursor.execute(
             "INSERT INTO projection_tracking (name, position, updated_at, processed, rate,"

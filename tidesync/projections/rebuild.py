@@ -8,7 +8,6 @@ Each rebuild is an OperatorAction (Requested, then Completed or Failed) with act
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 import uuid
@@ -20,6 +19,7 @@ import psycopg
 from eventsourcing.application import Application
 from psycopg import sql
 
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.projections.engine import (
     VIEW_LOCK_CLASS,
     Cursor,
@@ -80,15 +80,12 @@ class RebuildResult:
     """Table → rows in the rebuilt table."""
 
 
-def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
 
 def rebuild_view(name: str, *, apps: Mapping[str, Application[Any]], pool: Pool, actor: str,
                  reason: str, catalogue: Catalogue | None = None,
                  batch_size: int | None = None,
                  on_progress: Callable[[RebuildProgress], None] | None = None,
-                 clock: Callable[[], dt.datetime] = _utc_now,
+                 clock: Clock = utc_now,
                  action_id: uuid.UUID | None = None, trace_id: str = "") -> RebuildResult:
     """Rebuild view `name` from position 0 side by side, then switch it in atomically.
 
@@ -288,6 +285,7 @@ def _swap_table(cursor: Cursor, table: str) -> None:
 
 
 def _move_tracking(cursor: Cursor, shadow_name: str, live_name: str) -> None:
+    # updated_at is database time, as the projection runner writes it: shown, never compared.
     cursor.execute(
         "INSERT INTO projection_tracking (name, position, updated_at, processed, rate,"
         " last_batch_at) SELECT %s, position, now(), processed, rate, last_batch_at"

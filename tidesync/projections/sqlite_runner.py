@@ -8,7 +8,6 @@ a batch is projected exactly once; SQLite's single writer stands in for the advi
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import sqlite3
 import time
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from eventsourcing.application import Application
 from eventsourcing.persistence import ApplicationRecorder
 
+from tidesync.domain.clock import utc_now
 from tidesync.projections.engine import (
     ConcurrentProjectionError,
     Events,
@@ -133,7 +133,7 @@ class SQLiteProjectionRunner:
                started: float) -> None:
         elapsed = time.perf_counter() - started
         self._rate = count / elapsed if count and elapsed > 0 else self._rate
-        now = moment_text(dt.datetime.now(dt.UTC))
+        now = moment_text(utc_now())
         # The WHERE guard makes a runner that read a stale position fail instead of writing
         # the same view rows twice.
         cursor.execute(

@@ -8,7 +8,6 @@ until it commits, and writers (receives, the worker) wait for it.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import sqlite3
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 from eventsourcing.application import Application
 
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.projections.operations import OperationsApplication, OperatorAction
 from tidesync.projections.rebuild import RebuildProgress, RebuildResult
 from tidesync.projections.registry import Catalogue, RegistryError
@@ -90,15 +90,12 @@ def sqlite_view_status(apps: Mapping[str, Application[Any]], connections: SQLite
             for spec in specs]
 
 
-def _utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
 
 def rebuild_sqlite_view(name: str, *, apps: Mapping[str, Application[Any]],
                         connections: SQLiteConnections, actor: str, reason: str,
                         catalogue: Catalogue | None = None, batch_size: int | None = None,
                         on_progress: Callable[[RebuildProgress], None] | None = None,
-                        clock: Callable[[], dt.datetime] = _utc_now,
+                        clock: Clock = utc_now,
                         action_id: uuid.UUID | None = None,
                         trace_id: str = "") -> RebuildResult:
     """Rebuild the SQLite view `name` from position 0 in place, in one write transaction, as

@@ -39,6 +39,7 @@ from tidesync import failpoints
 from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.config import CaptureSource, CaptureStart, Config
 from tidesync.domain.backoff import Backoff
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.values import Row, Value
 from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
 from tidesync.ship.capture_tables import (
@@ -71,9 +72,6 @@ INTERNAL_TABLES = frozenset({"_sync_applied", "_sync_session", "_tidesync_change
 Headers = tuple[tuple[str, bytes], ...]
 _NO_HEADERS: Headers = ()
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 # --- the durable position ------------------------------------------------------------------
@@ -358,7 +356,7 @@ class Checkpointer:
     max_records: int = 2000
     interval_seconds: float = 0.5
     tombstones: bool = True
-    clock: Callable[[], dt.datetime] = utc_now
+    clock: Clock = utc_now
     monotonic: Callable[[], float] = time.monotonic
     stats: CaptureStats = field(default_factory=CaptureStats)
     after_save: Callable[[CapturePosition], None] | None = None
@@ -894,7 +892,7 @@ def binlog_settings(config: Config) -> BinlogSettings:
 
 def run_capture(config: Config, *, until_caught_up: bool = False,
                 stop: threading.Event | None = None,
-                clock: Callable[[], dt.datetime] = utc_now) -> CaptureStats:
+                clock: Clock = utc_now) -> CaptureStats:
     """Run the configured capture (binlog or SQLite changelog) until stopped or caught up."""
     capture = config.capture
     prefix = topic_prefix(config)

@@ -6,7 +6,6 @@ read meanwhile. Memory stays bounded by the send window, whatever the queue's ba
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import logging
 import random
@@ -14,7 +13,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -31,6 +29,7 @@ from tidesync.cdc.kafka import (
 from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.clock import Clock, Monotonic, utc_now
 from tidesync.domain.token_bucket import TokenBucket
 from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
 from tidesync.ship.consumer import QueueConsumer, QueueReason
@@ -46,7 +45,6 @@ from tidesync.ship.state import (
     StateStoreError,
     TerminalResult,
     Watermark,
-    utc_now,
 )
 from tidesync.ship.telemetry import (
     HealthBoard,
@@ -73,8 +71,6 @@ from tidesync.wire.signing import secret_from_text
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], dt.datetime]
-Monotonic = Callable[[], float]
 
 _RECEIVE_OUTCOMES = {pb.RECEIVED: ReceiveOutcome.RECEIVED,
                      pb.RETRYABLE_FAILURE: ReceiveOutcome.RETRYABLE_FAILURE,

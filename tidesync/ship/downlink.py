@@ -13,15 +13,15 @@ Order of durable steps per command, so that a crash anywhere is safe:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidesync import failpoints
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.ship.remote_apply import CommandResult, RemoteApplier, merge_acks, prepare
-from tidesync.ship.state import COMMANDS_CURSOR, CommandState, SQLiteShipState, utc_now
+from tidesync.ship.state import COMMANDS_CURSOR, CommandState, SQLiteShipState
 from tidesync.ship.telemetry import HealthReason, HealthState, Subsystem
 from tidesync.ship.transport import Disposition, LinkError, RetrySchedule, ShoreLink
 from tidesync.target.contract import CommitOutcomeUnknown, TargetError, TransientTargetError
@@ -35,7 +35,6 @@ _NODE_REFUSALS = frozenset({401, 403, 426})
 AFTER_APPLY_FAILPOINT = "ship_after_command_apply"
 """Between the business database commit and recording the result (crash tests)."""
 
-Clock = Callable[[], dt.datetime]
 HealthSetter = Callable[[Subsystem, HealthState, str, str], None]
 LinkFailed = Callable[[RetrySchedule, LinkError, str], None]
 

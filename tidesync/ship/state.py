@@ -23,6 +23,7 @@ from tidesync.cdc.debezium import Block, Normalized, Outcome
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.cdc.platform_writes import platform_event_id
 from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
+from tidesync.domain.clock import Clock, utc_now
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -35,11 +36,7 @@ PLATFORM_WRITE_RESULT = "PLATFORM_WRITE"
 EVENT_ID_COLUMN = "_sync_event_id"
 REVISION_COLUMN = "_sync_revision"
 
-Clock = Callable[[], dt.datetime]
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 class Direction(enum.StrEnum):

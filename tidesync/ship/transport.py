@@ -21,6 +21,7 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from tidesync.domain.backoff import Backoff
+from tidesync.domain.clock import Clock
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
@@ -35,7 +36,6 @@ PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
 
-Clock = Callable[[], dt.datetime]
 
 
 class Disposition(enum.Enum):
@@ -191,7 +191,7 @@ class HttpShoreLink:
             connection.request(method, target, body=body or None, headers=headers)
             response = connection.getresponse()
             answer = response.read(MAX_RESPONSE_BYTES + 1)
-            retry_after = _retry_after(response.getheader("Retry-After"))
+            retry_after = _retry_after(response.getheader("Retry-After"), self.clock())
             status = response.status
         except TimeoutError as error:
             self.close()
@@ -257,8 +257,9 @@ def _refused(status: int, answer: bytes, retry_after: float | None) -> ShoreRefu
     return ShoreRefused(reason, message, status=status, retry_after=retry_after)
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After as seconds (delta-seconds form; an HTTP date is read as well)."""
+def _retry_after(value: str | None, now: dt.datetime) -> float | None:
+    """Retry-After as seconds (delta-seconds form; an HTTP date is read against `now`, the
+    link's clock)."""
     if not value:
         return None
     value = value.strip()
@@ -268,7 +269,7 @@ def _retry_after(value: str | None) -> float | None:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    return max(0.0, (moment - dt.datetime.now(dt.UTC)).total_seconds())
+    return max(0.0, (moment - now).total_seconds())
 
 
 # ----------------------------------------------------------------------------- retries

@@ -11,8 +11,10 @@ It also turns ships' reports that a shore change met another local revision
 (COMMAND_CONFLICT_REPORTED) into evidence of the same case the uplink would open.
 
 Which cases are due is kept in `active_conflict.due_at`, written in the same transaction as
-each case event, so a crash between steps only repeats the step (every step is idempotent:
-decision ids and command ids are deterministic, the shore apply is guarded by the ledger).
+each case event and compared with the arbiter's injected clock: it holds that clock's time plus
+a delay, or `DUE_AT_ONCE` (the earliest time), never the database's now(). A crash between
+steps only repeats the step (every step is idempotent: decision ids and command ids are
+deterministic, the shore apply is guarded by the ledger).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from psycopg_pool import ConnectionPool
 from tidesync.config import Config, TieBreak
 from tidesync.domain.arbitration import Policy, PolicyName, arbitrate
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
+from tidesync.domain.clock import Clock
 from tidesync.domain.conflict_case import (
     SUCCESSFUL_ACKS,
     ConflictCase,
@@ -86,7 +89,7 @@ class Arbiter:
                  active: ActiveConflicts, revisions: RevisionReader, keys: PostgresRecordKeys,
                  decision_applier: Callable[[], TargetApplier],
                  target_nodes: Callable[[], Sequence[str]], settings: ArbiterSettings,
-                 clock: Callable[[], dt.datetime]) -> None:
+                 clock: Clock) -> None:
         self.conflicts = conflicts
         self.downlink = downlink
         self.pool = pool
@@ -396,7 +399,7 @@ def _decoded(tagged_row: object, record: RecordKey) -> dict[str, Value] | None:
 
 
 def build_arbiter(config: Config, conflicts: ConflictCases, pool: Pool,
-                  clock: Callable[[], dt.datetime]) -> tuple[Arbiter, Callable[[], None]]:
+                  clock: Clock) -> tuple[Arbiter, Callable[[], None]]:
     """The arbiter of `[conflicts]` over the PostgreSQL event store; returns it and a closer.
 
     Decisions are written to the shore target by an applier of their own: its node id is not

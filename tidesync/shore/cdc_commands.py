@@ -4,13 +4,13 @@ pass (PostgreSQL event store only, as the shore CDC consumer itself)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import getpass
 import json
 import sys
 from typing import TYPE_CHECKING
 
 from tidesync.config import load_config
+from tidesync.domain.clock import utc_now
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -63,7 +63,7 @@ def _release(args: argparse.Namespace) -> int:
         action_id = ShoreCdcHolds(pool).release(
             operations, args.topic, args.partition, args.offset,
             actor=args.actor or getpass.getuser(), reason=args.reason,
-            now=dt.datetime.now(dt.UTC))
+            now=utc_now())
     except HoldRefused as refused:
         print(f"tidesync: refused ({refused.code}): {refused}", file=sys.stderr)
         return 1

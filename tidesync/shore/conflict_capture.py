@@ -7,6 +7,7 @@ reports of one concurrent update meet in the same case.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from collections.abc import Mapping
@@ -20,6 +21,10 @@ from tidesync.domain.conflict_case import ConflictCase, active_conflict_key, con
 from tidesync.shore.apps import ConflictCases, Statement
 
 log = logging.getLogger(__name__)
+
+DUE_AT_ONCE = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+"""`active_conflict.due_at` of a case the arbiter advances at its next round, whatever its clock
+says (the column's default, so a newly opened case is due at once too)."""
 
 
 class ActiveConflicts(Protocol):

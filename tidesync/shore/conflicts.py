@@ -31,7 +31,7 @@ from tidesync.domain.conflict_case import (
 from tidesync.domain.downlink_command import CommandKind
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
-from tidesync.shore.conflict_capture import decided_revision_statements
+from tidesync.shore.conflict_capture import DUE_AT_ONCE, decided_revision_statements
 from tidesync.shore.downlink import DownlinkService, NewCommand
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
@@ -139,8 +139,8 @@ class ConflictService:
                         str(self.new_uuid()), decision.actor, decision.reason,
                         decision.trace_id)
             # The arbiter in `shore work` applies and dispatches it next.
-            return self._save(case, [("UPDATE active_conflict SET due_at = now()"
-                                      " WHERE conflict_id = %s", (case.id,)),
+            return self._save(case, [("UPDATE active_conflict SET due_at = %s"
+                                      " WHERE conflict_id = %s", (DUE_AT_ONCE, case.id)),
                                      *decided_revision_statements(case)])
 
         return _again_if_moved_on(attempt, decision.expected_version)

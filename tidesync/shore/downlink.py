@@ -73,6 +73,8 @@ _INSERT_COMMAND = (
     " FROM downlink_command WHERE node_id = %s"
     " ON CONFLICT (command_id) DO NOTHING"
 )
+# acked_at and followed_up_at are database time, used only to order and mark follow-ups;
+# nothing compares them with the injected clock.
 _RECORD_ACK = (
     "UPDATE downlink_command SET ack_result = %s, ack_reason_code = %s,"
     " ack_local_revision = %s, ack_row_exists = %s, ack_current_row = %s::jsonb,"

@@ -25,6 +25,7 @@ from tidesync.domain.apply_job import (
 )
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.clock import Clock
 from tidesync.domain.conflict_case import conflict_evidence, record_key_digest, rule_for
 from tidesync.shore.apps import ApplyJobs, ConflictCases, Statement
 from tidesync.shore.conflict_capture import capture_conflict
@@ -63,7 +64,7 @@ class ApplyProcessor:
 
     def __init__(self, apply_jobs: ApplyJobs, conflicts: ConflictCases,
                  queue: WorkQueue, applier: TargetApplier,
-                 clock: Callable[[], dt.datetime], settings: ProcessorSettings | None = None,
+                 clock: Clock, settings: ProcessorSettings | None = None,
                  draw: Callable[[], float] = random.random) -> None:
         self.apply_jobs = apply_jobs
         self.conflicts = conflicts

@@ -117,6 +117,7 @@ _INSERT_RESULT = (
     " reason_code, command_count) VALUES (%s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (event_id) DO NOTHING"
 )
+# blocked_at is database time, shown to operators and used to order holds only.
 _UPSERT_BLOCK = (
     "INSERT INTO shore_cdc_block (topic, kafka_partition, kafka_offset, reason_code, event_id)"
     " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (topic, kafka_partition) DO UPDATE SET"

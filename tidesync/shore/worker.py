@@ -9,7 +9,6 @@ SQLite file, as configured.
 
 from __future__ import annotations
 
-import datetime as dt
 import gc
 import logging
 import signal
@@ -26,6 +25,7 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.bootstrap import event_store_env, postgres_conninfo
 from tidesync.config import Config, EventStoreKind
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.migrations import migrate_postgres, migrate_sqlite
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
@@ -40,9 +40,6 @@ from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 @dataclass
@@ -170,7 +167,7 @@ def open_work_queue(config: Config) -> WorkQueue:
 
 
 def build_worker(config: Config, applier: TargetApplier,
-                 clock: Callable[[], dt.datetime] = utc_now,
+                 clock: Clock = utc_now,
                  settings: ProcessorSettings | None = None) -> tuple[ShoreWorker, Any]:
     """A worker over the configured event store; returns it and a closer."""
     queue = open_work_queue(config)

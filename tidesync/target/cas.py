@@ -9,11 +9,12 @@ import abc
 import datetime as dt
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
+from tidesync.domain.clock import Clock
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
     METADATA_COLUMNS,
@@ -25,16 +26,12 @@ from tidesync.target.contract import (
 )
 from tidesync.target.schema import TableShape
 
-Clock = Callable[[], dt.datetime]
 NOT_ENABLED_RECHECK = dt.timedelta(seconds=60)
 """How long a table found missing or not enabled stays refused before it is inspected again."""
 
 _METADATA = frozenset(METADATA_COLUMNS)
 _PLAIN_VALUE_TYPES = (bool, int, str, bytes, Decimal, dt.date, dt.time, JsonText, BitString)
 
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 class StatementRejected(Exception):

@@ -19,9 +19,9 @@ from pymysql.constants import CLIENT
 
 from tidesync.config import TargetConfig
 from tidesync.domain.change_event import Operation, Revision
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.cas import (
-    Clock,
     CompareAndSetApplier,
     DuplicatePrimaryKey,
     PlannedWrite,
@@ -30,7 +30,6 @@ from tidesync.target.cas import (
     key_in_table_order,
     parse_revision,
     reject_template,
-    utc_now,
 )
 from tidesync.target.contract import (
     EVENT_ID_COLUMN,

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tidesync.domain.change_event import Revision
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.cas import (
-    Clock,
     CompareAndSetApplier,
     DuplicatePrimaryKey,
     PlannedWrite,
@@ -27,7 +27,6 @@ from tidesync.target.cas import (
     key_in_table_order,
     parse_revision,
     reject_template,
-    utc_now,
 )
 from tidesync.target.contract import (
     EVENT_ID_COLUMN,
