@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.clocks import WallClock
 from tests.e2e.test_ship_to_shore import REPOSITORY, wait_until
-from tests.integration.ship_support import WallClock
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.clocks import WallClock
 from tests.integration.capture_support import read_records
-from tests.integration.ship_support import WallClock
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env

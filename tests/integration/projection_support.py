@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from tests.clocks import ManualClock
 from tests.integration.shore_support import ITEMS_DDL, ShipLog, receive
 from tidesync.domain.apply_job import ErrorClass
 from tidesync.domain.change_event import ChangeEvent
@@ -34,15 +35,7 @@ from tidesync.wire import sync_pb2 as pb
 SHORE_NODE = "shore"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += dt.timedelta(seconds=seconds)
+Clock = ManualClock
 
 
 def new_node_id() -> str:

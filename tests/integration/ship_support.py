@@ -116,13 +116,3 @@ class RunningShore:
     start_worker: Callable[[], None]
 
 
-class WallClock:
-    """The real clocks, in the shape the shore test helpers take."""
-
-    def __call__(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC)
-
-    def monotonic(self) -> float:
-        import time
-
-        return time.monotonic()

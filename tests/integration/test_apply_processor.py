@@ -4,13 +4,13 @@ MySQL commit and the PostgreSQL finalize."""
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 import uuid
 from decimal import Decimal
 
 import pytest
 
+from tests.clocks import ManualClock
 from tests.integration.shore_support import (
     ITEMS_DDL,
     ShipLog,
@@ -37,15 +37,7 @@ pytestmark = pytest.mark.services
 SHORE_NODE = "shore"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += dt.timedelta(seconds=seconds)
+Clock = ManualClock
 
 
 @pytest.fixture

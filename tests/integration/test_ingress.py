@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import zstandard
 
+from tests.clocks import ManualClock, rounded_now
 from tests.integration.sync_client import Answer, SyncClient, send
 from tidesync.bootstrap import build_ingress, event_store_env
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig
@@ -32,26 +33,15 @@ from tidesync.shore.server import BackgroundServer, create_app
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
-START = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+START = rounded_now()
 ACTOR = Actor("test-operator", "integration test")
 
 
-class FakeClock:
-    """Wall clock and monotonic clock under the test's control."""
+class FakeClock(ManualClock):
+    """Wall clock and monotonic clock under the test's control, from START."""
 
     def __init__(self) -> None:
-        self.now = START
-        self.seconds = 1000.0
-
-    def __call__(self) -> dt.datetime:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.seconds
-
-    def advance(self, delta: dt.timedelta) -> None:
-        self.now += delta
-        self.seconds += delta.total_seconds()
+        super().__init__(START)
 
 
 PREFIX = "it-ingress-"

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.ship_support import ItemsCapture, RunningShore, WallClock, produce
+from tests.clocks import WallClock
+from tests.integration.ship_support import ItemsCapture, RunningShore, produce
 from tests.integration.shore_support import ITEMS_DDL, ledger_ids
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tidesync.config import ShipConfig, TargetConfig

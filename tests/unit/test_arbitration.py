@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.domain.arbitration import ManualReason, Policy, PolicyName, arbitrate
 from tidesync.domain.conflict_case import (
     ConflictCase,
@@ -17,7 +18,7 @@ from tidesync.domain.conflict_case import (
     image_evidence,
 )
 
-NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+NOW = rounded_now()
 SKEW = dt.timedelta(minutes=5)
 
 
@@ -90,8 +91,9 @@ def test_a_deleted_side_has_no_time_and_goes_to_a_person():
 
 
 def test_a_date_column_compares_as_midnight_utc():
-    outcome = arbitrate(LWW, evidence(dt.date(2026, 11, 29), dt.date(2026, 11, 30)), "shore",
-                        NOW)
+    today = NOW.date()
+    outcome = arbitrate(LWW, evidence(today - dt.timedelta(days=2), today - dt.timedelta(days=1)),
+                        "shore", NOW)
     assert outcome.side is DecisionSide.SHIP
 
 

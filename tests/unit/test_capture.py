@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.cli import main
 from tidesync.config import ConfigError, load_config
@@ -202,7 +203,7 @@ def test_enable_is_idempotent_and_notes_tables_without_sync_metadata() -> None:
 TABLE = table_of(ColumnDefinition.parse("id", "int", nullable=False),
                  ColumnDefinition.parse("v", "varchar(10)"))
 SOURCE = SourceInfo(server_id=1, file="binlog.000001", pos=100, ts_ms=1_700_000_000_000)
-NOW = dt.datetime(2025, 1, 1, tzinfo=UTC)
+NOW = rounded_now()
 
 
 def records(op: EnvelopeOp, before: dict[str, object] | None, after: dict[str, object] | None,

@@ -10,12 +10,13 @@ from decimal import Decimal
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.ingress.inbox import content_digest
 from tidesync.ingress.limits import LimitExceeded, LimitReason, Limits, RequestLimiter
 from tidesync.wire import codec
 
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+NOW = rounded_now()
 
 
 class Ticks:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.config import ShoreConfig
 from tidesync.domain.node import (
     InvalidNodeId,
@@ -35,7 +36,7 @@ from tidesync.ingress.nodes import (
     secret_from_text,
 )
 
-NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+NOW = rounded_now()
 ACTOR = Actor("alice", "commissioning", "trace-1")
 KEY = bytes(range(32))
 

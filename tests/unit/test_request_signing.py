@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.clocks import rounded_now
 from tidesync.domain.node import NodeStatus
 from tidesync.ingress.auth import (
     CONTENT_SHA256_HEADER,
@@ -32,7 +33,7 @@ from tidesync.ingress.auth import (
 )
 from tidesync.ingress.nodes import NodeCredentials, SigningKey
 
-NOW = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+NOW = rounded_now()
 SECRET = bytes(range(32))
 NODE = "ship-0042"
 PATH = "/sync/v1/receipts?cursor=17&limit=100"

@@ -3,12 +3,12 @@ partitions, a preferred rule, retry holds, and batches cut by their real encoded
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.clocks import rounded_now
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import (
     ChangeEvent,
@@ -22,7 +22,7 @@ from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
 NODE = "ship-7"
-NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+NOW = rounded_now()
 
 
 def event(offset: int, *, partition: int = 0, table: str = "items", key: int | None = None,

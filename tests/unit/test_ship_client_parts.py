@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ship import _Templates
+from tests.clocks import rounded_now
 from tidesync.cdc.debezium import (
     DebeziumNormalizer,
     KafkaRecord,
@@ -30,7 +31,7 @@ from tidesync.ship.telemetry import (
 )
 from tidesync.wire import sync_pb2 as pb
 
-NOW = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+NOW = rounded_now()
 
 
 def test_ship_settings_are_validated_and_read_from_the_environment() -> None:

@@ -16,6 +16,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.clocks import rounded_now
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -36,7 +37,7 @@ from tidesync.wire.codec import (
     WireReason,
 )
 
-NOW = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
+NOW = rounded_now()
 MiB = 1 << 20
 
 # ----------------------------------------------------------------------------- strategies
