@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit integration proto bench clean
+.PHONY: demo test test-shifted lint typecheck unit integration proto bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tidesync needs Python >= 3.11"'
@@ -19,6 +19,39 @@ demo: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest -q
+
+# The suites whose code reads clocks, run again with the wall clock of pytest and of every
+# process it starts shifted by +400 and -400 days (libfaketime; tests/timeshift/run). A test
+# or a comparison that depends on today's date fails here first. The unit tests of both shifts
+# run side by side (they only use the CPU); the service-backed suites one shift after another.
+SHIFTS := +400d -400d
+SHIFTED_PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+SHIFTED_INTEGRATION := \
+	tests/integration/test_arbiter.py tests/integration/test_apply_processor.py \
+	tests/integration/test_projection_views.py tests/integration/test_projection_rebuild.py \
+	tests/integration/test_projections_cli.py tests/integration/test_console.py \
+	tests/integration/test_ingress.py tests/integration/test_ship_client.py
+
+test-shifted: $(STAMP)
+	@tests/timeshift/run +0d true
+	@for offset in $(SHIFTS); do \
+		tests/timeshift/run $$offset $(BIN)/python -m tests.timeshift.check $$offset || exit 1; \
+	done
+	@pids=""; for offset in $(SHIFTS); do \
+		tests/timeshift/run $$offset $(SHIFTED_PYTEST) tests/unit \
+			> $(VENV)/timeshift/unit$$offset.log 2>&1 & pids="$$pids $$!"; \
+	done; \
+	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for offset in $(SHIFTS); do \
+		echo "== unit tests, wall clock shifted by $$offset"; \
+		cat $(VENV)/timeshift/unit$$offset.log; \
+	done; \
+	exit $$status
+	@for offset in $(SHIFTS); do \
+		echo "== service-backed suites, wall clock shifted by $$offset"; \
+		tests/timeshift/run $$offset $(SHIFTED_PYTEST) -k "not _down_ and not sigkill" $(SHIFTED_INTEGRATION) \
+			|| exit 1; \
+	done
 
 lint: $(STAMP)
 	$(BIN)/ruff check tidesync tests benchmarks
