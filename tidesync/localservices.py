@@ -6,6 +6,7 @@ Tests, benchmarks and the embedded default use them; each picks a free loopback 
 from __future__ import annotations
 
 import abc
+import atexit
 import contextlib
 import enum
 import importlib.util
@@ -34,6 +35,7 @@ TANSU_BIN_ENV = "TIDESYNC_TANSU_BIN"
 MARIADBD_BIN_ENV = "TIDESYNC_MARIADBD_BIN"
 MARIADB_INSTALL_DB_BIN_ENV = "TIDESYNC_MARIADB_INSTALL_DB_BIN"
 TEST_PG_DSN_ENV = "TIDESYNC_TEST_PG_DSN"
+TEST_PG_ENV = "TIDESYNC_TEST_PG"
 DEFAULT_TEST_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 LOOPBACK = "127.0.0.1"
@@ -433,20 +435,64 @@ def _run_as_root_option() -> list[str]:
     return ["--user=root"] if os.geteuid() == 0 else []
 
 
+def admin_dsn_for_tests() -> str:
+    """The PostgreSQL server tests and benchmarks create their databases on.
+
+    `$TIDESYNC_TEST_PG_DSN` when set; else the server on 127.0.0.1:5432 when it answers; else
+    (or with `$TIDESYNC_TEST_PG=embedded`) a private embedded server in a temporary directory,
+    started once per process and removed when the process exits.
+    """
+    configured = os.environ.get(TEST_PG_DSN_ENV)
+    if configured:
+        return configured
+    if os.environ.get(TEST_PG_ENV) != "embedded":
+        try:
+            psycopg.connect(DEFAULT_TEST_PG_DSN, connect_timeout=2).close()
+            return DEFAULT_TEST_PG_DSN
+        except psycopg.OperationalError:
+            pass
+    return _embedded_test_server()
+
+
+def _embedded_test_server() -> str:
+    from tidesync.embedded_store import EmbeddedPostgres, EmbeddedStoreError, stop_server
+
+    global _EMBEDDED_TEST_DIR
+    if _EMBEDDED_TEST_DIR is None:
+        _EMBEDDED_TEST_DIR = Path(tempfile.mkdtemp(prefix="tidesync-pg-"))
+        # Registered before the server's own exit handler, so it runs after the server stopped.
+        atexit.register(_remove_tree, _EMBEDDED_TEST_DIR)
+        atexit.register(stop_server, _EMBEDDED_TEST_DIR / "data")
+    try:
+        return EmbeddedPostgres.shared(_EMBEDDED_TEST_DIR / "data").dsn()
+    except EmbeddedStoreError as error:
+        raise ServiceUnavailable(Service.POSTGRESQL, str(error)) from error
+
+
+_EMBEDDED_TEST_DIR: Path | None = None
+
+
 class PostgresDatabase:
     """A fresh database named `tidesync_test_<hex>` on an existing PostgreSQL server.
 
-    The server comes from `$TIDESYNC_TEST_PG_DSN` (default: postgres on 127.0.0.1:5432).
+    The server is `admin_dsn_for_tests()`'s: `$TIDESYNC_TEST_PG_DSN`, the one on 127.0.0.1:5432,
+    or an embedded one.
     """
 
     def __init__(self, admin_dsn: str | None = None, prefix: str = "tidesync_test_") -> None:
-        self.admin_dsn = admin_dsn or os.environ.get(TEST_PG_DSN_ENV) or DEFAULT_TEST_PG_DSN
+        self._admin_dsn = admin_dsn
         self.dbname = f"{prefix}{secrets.token_hex(6)}"
         self.host = ""
         self.port = 0
         self.user = ""
         self.password = ""
         self.created = False
+
+    @property
+    def admin_dsn(self) -> str:
+        if self._admin_dsn is None:
+            self._admin_dsn = admin_dsn_for_tests()
+        return self._admin_dsn
 
     @property
     def dsn(self) -> str:

@@ -52,7 +52,12 @@ def test_demo_syncs_the_ship_to_the_shore_and_reconciles(tmp_path: Path) -> None
         assert [int(n) for n in progress[-1]] == [total] * 6
         assert re.search(r"^tidesync shore listening on http://127\.0\.0\.1:\d+$", out,
                          re.MULTILINE), out
-        for name in ("shore-events.sqlite", "ship-business.sqlite", "shore-business.sqlite",
+        for name in ("postgres/PG_VERSION", "ship-business.sqlite", "shore-business.sqlite",
                      "ship-state.sqlite", "capture-position.sqlite", "master.key"):
             assert (data_dir / name).exists(), name
+        assert re.search(r"^  console API: http://127\.0\.0\.1:\d+/graphql$", out,
+                         re.MULTILINE), out
+        assert f"event store: embedded PostgreSQL in {data_dir / 'postgres'}" in out, out
+        # The demo's private PostgreSQL server stops with it.
+        assert not (data_dir / "postgres" / "postmaster.pid").exists()
         assert "Traceback" not in result.stderr

@@ -9,7 +9,8 @@ from tidesync.config import ConfigError, EventStoreKind, load_config
 
 def test_defaults_are_the_embedded_setup():
     config = load_config(None, env={})
-    assert config.event_store.kind is EventStoreKind.SQLITE
+    assert config.event_store.kind is EventStoreKind.EMBEDDED
+    assert config.event_store.embedded_dir == "tidesync-data/postgres"
     assert config.shore.listen_host == "127.0.0.1"
     assert config.ship.batch_max_events == 500
     assert config.ship.batch_max_bytes == 4 * 1024 * 1024
@@ -47,7 +48,7 @@ def test_every_problem_is_reported_with_its_origin(tmp_path):
     text = "\n".join(caught.value.problems)
     assert f"shore.listen_port: expected an integer, got 'eighty' (from {path})" in text
     assert "unknown section 'nonsense'" in text
-    assert "event_store.kind: expected one of ['sqlite', 'postgres']" in text
+    assert "event_store.kind: expected one of ['embedded', 'postgres', 'sqlite']" in text
     assert "TIDESYNC_EVENT_STORE__KIND" in text
     assert "ship.unknown: unknown setting (from TIDESYNC_SHIP__UNKNOWN)" in text
     # Range checks run even when other fields are broken.

@@ -3,8 +3,8 @@ target (for current revisions) and the master key (for node secrets)."""
 
 from __future__ import annotations
 
-from tidesync.bootstrap import event_store_env, postgres_conninfo
-from tidesync.config import Config, EventStoreKind
+from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
+from tidesync.config import Config
 from tidesync.graphql.console import Console, ConsoleStores
 from tidesync.ingress.master_key import SecretBox, load_master_key
 from tidesync.projections.catalogue import default_catalogue
@@ -15,13 +15,12 @@ from tidesync.target.contract import TargetApplier
 def build_console(config: Config) -> Console | None:
     """The console over the configured stores; None on the SQLite event store (the read
     models live in PostgreSQL only)."""
-    if config.event_store.kind is not EventStoreKind.POSTGRES:
+    if not config.event_store.is_postgres:
         return None
 
     def open_target() -> TargetApplier:
-        from tidesync.target.mysql import MySQLTargetApplier
-
-        return MySQLTargetApplier.from_config(config.target)
+        # The same applier `shore work` and `tidesync conflicts decide` use (MySQL or SQLite).
+        return build_target_applier(config.target)
 
     def open_box() -> SecretBox:
         return SecretBox(load_master_key(config.shore, create=True))

@@ -1,4 +1,4 @@
-"""The projection engine on the embedded SQLite store: the twin of PostgresProjectionRunner, and
+"""The projection engine on the SQLite store: the twin of PostgresProjectionRunner, and
 the SQLite writers of the receipts view (what ships pull) and the record_head view (the
 console's other views need PostgreSQL; `sqlite_views` lists what SQLite keeps).
 

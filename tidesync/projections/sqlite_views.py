@@ -1,4 +1,4 @@
-"""The views the embedded SQLite event store keeps (receipts, which ships pull, and record_head),
+"""The views the SQLite event store keeps (receipts, which ships pull, and record_head),
 and what `shore work` and `tidesync projections status|rebuild` do with them there.
 
 The other views need PostgreSQL; asking for one on SQLite fails with RegistryError
@@ -63,8 +63,8 @@ def sqlite_view(name: str, catalogue: Catalogue | None = None) -> SQLiteViewSpec
         known |= {view.name for view in catalogue.views}
     if name in known:
         raise RegistryError("POSTGRES_ONLY",
-                            f"view {name} is PostgreSQL-only (event_store.kind = postgres);"
-                            f" the embedded SQLite event store keeps {kept}")
+                            f"view {name} is PostgreSQL-only (event_store.kind = embedded or"
+                            f" postgres); the SQLite event store keeps {kept}")
     raise RegistryError("UNKNOWN_VIEW", f"no view {name!r} (known: {', '.join(sorted(known))})")
 
 

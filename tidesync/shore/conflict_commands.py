@@ -10,7 +10,7 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tidesync.config import Config, EventStoreKind, load_config
+from tidesync.config import Config, load_config
 
 if TYPE_CHECKING:
     from tidesync.domain.conflict_case import ConflictCase
@@ -66,7 +66,7 @@ def register_commands(commands: Commands) -> None:
 
 def _config(args: argparse.Namespace) -> Config:
     config = load_config(args.config)
-    if config.event_store.kind is not EventStoreKind.POSTGRES:
+    if not config.event_store.is_postgres:
         raise SystemExit("tidesync: conflicts need the PostgreSQL event store "
                          "(event_store.kind = \"postgres\")")
     return config

@@ -28,7 +28,7 @@ from tidesync.bootstrap import (
     event_store_env,
     postgres_conninfo,
 )
-from tidesync.config import Config, EventStoreKind
+from tidesync.config import Config
 from tidesync.graphql.console import Console
 from tidesync.ingress.routes import Ingress
 
@@ -84,9 +84,10 @@ def create_app(config: Config, ingress: Ingress | None = None,
 def attach_downlink(config: Config, sync_api: Ingress) -> None:
     """Serve GET /sync/v1/commands and POST /sync/v1/command-acks from the event store's
     PostgreSQL database (opened on first use); the SQLite event store answers them 503."""
-    if config.event_store.kind is not EventStoreKind.POSTGRES:
-        sync_api.use_downlink(None, "the downlink needs event_store.kind = postgres for now;"
-                                    " the embedded SQLite event store serves the uplink only")
+    if not config.event_store.is_postgres:
+        sync_api.use_downlink(None, "the downlink needs a PostgreSQL event store (kind ="
+                                    " embedded or postgres); the SQLite event store serves the"
+                                    " uplink only")
         return
     from tidesync.shore.downlink import LazyDownlink, open_downlink
 

@@ -141,10 +141,10 @@ def open_pool(config: Config) -> ConnectionPool[psycopg.Connection[TupleRow]]:
 
     Raises NotImplementedError on the SQLite event store, which keeps the apply path and the
     receipts view (`open_work_queue`, `open_sqlite`) but not the console's views."""
-    if config.event_store.kind is not EventStoreKind.POSTGRES:
+    if not config.event_store.is_postgres:
         raise NotImplementedError(
-            "this needs event_store.kind = postgres; the embedded SQLite event store keeps "
-            "the apply path and the receipts and record_head views only")
+            "this needs a PostgreSQL event store (kind = embedded or postgres); the SQLite"
+            " event store keeps the apply path and the receipts and record_head views only")
     conninfo = postgres_conninfo(config.event_store)
     migrate_postgres(conninfo)
     return ConnectionPool(conninfo, min_size=1, max_size=config.event_store.postgres_pool_size,
@@ -210,9 +210,9 @@ def shore_cdc_runner(config: Config) -> ShoreCdcRunner | None:
     event store only: commands live there)."""
     if not config.downlink.kafka_bootstrap_servers:
         return None
-    if config.event_store.kind is not EventStoreKind.POSTGRES:
+    if not config.event_store.is_postgres:
         log.warning("downlink.kafka_bootstrap_servers is set but the downlink needs"
-                    " event_store.kind = postgres: the shore CDC consumer does not run")
+                    " a PostgreSQL event store: the shore CDC consumer does not run")
         return None
     from tidesync.shore.shore_cdc import build_shore_cdc
 

@@ -1,23 +1,35 @@
-"""`tidesync nodes …` on the embedded default (SQLite event store, key file beside it)."""
+"""`tidesync nodes …` on the embedded default (a private PostgreSQL server under
+tidesync-data/, the key file beside it)."""
 
 from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tidesync.cli import main
+from tidesync.embedded_store import stop_server
 from tidesync.ingress.nodes import secret_from_text
+
+pytestmark = pytest.mark.services
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     for name in ("TIDESYNC_CONFIG", "TIDESYNC_SHORE__MASTER_KEY"):
         monkeypatch.delenv(name, raising=False)
-    return tmp_path
+    yield tmp_path
+    stop_server(tmp_path / "tidesync-data" / "postgres")
+
+
+def stored_bytes(data_dir: Path) -> bytes:
+    """Every byte the server wrote: tables, indexes and the write-ahead log."""
+    return b"".join(path.read_bytes() for path in sorted(data_dir.rglob("*"))
+                    if path.is_file() and not path.is_symlink())
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -38,8 +50,9 @@ def test_register_shows_the_secret_once_and_keeps_it_sealed(
     assert "shown only now" in err
     key_file = workdir / "tidesync-data" / "master.key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    store = (workdir / "tidesync-data" / "shore-events.sqlite").read_bytes()
-    assert secret.encode() not in store
+    store = stored_bytes(workdir / "tidesync-data" / "postgres")
+    assert b"ship-0042" in store  # the node is stored ...
+    assert secret.encode() not in store  # ... its secret only sealed
     code, out, _ = run(capsys, "nodes", "list", "--json")
     assert code == 0 and secret not in out
 
