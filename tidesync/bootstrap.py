@@ -41,21 +41,9 @@ def served_event_store(store: EventStoreConfig) -> EventStoreConfig:
 
 
 def event_store_env(store: EventStoreConfig) -> dict[str, str]:
-    """The `eventsourcing` environment for the configured event store.
-
-    On SQLite every application keeps its events in its own table of the one file (as on
-    PostgreSQL), beside tidesync's own tables.
-    """
+    """The `eventsourcing` environment for the configured event store (PostgreSQL: every
+    application keeps its events in its own table, beside tidesync's own tables)."""
     store = served_event_store(store)
-    if store.kind is EventStoreKind.SQLITE:
-        from tidesync.sqlite_store import SQLITE_FACTORY_TOPIC
-
-        Path(store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
-        return {
-            "PERSISTENCE_MODULE": SQLITE_FACTORY_TOPIC,
-            "SQLITE_DBNAME": store.sqlite_path,
-            "SQLITE_LOCK_TIMEOUT": "10",
-        }
     return {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
         "POSTGRES_HOST": store.postgres_host,
@@ -78,8 +66,6 @@ def describe_event_store(store: EventStoreConfig) -> str:
     """Where the event store lives, for people (never includes the password)."""
     if store.kind is EventStoreKind.EMBEDDED:
         return f"embedded PostgreSQL in {Path(store.embedded_dir).resolve()}"
-    if store.kind is EventStoreKind.SQLITE:
-        return f"sqlite:{Path(store.sqlite_path).resolve()}"
     return (f"postgresql://{store.postgres_user}@{store.postgres_host}:{store.postgres_port}/"
             f"{store.postgres_dbname}")
 
@@ -118,8 +104,7 @@ def build_ingress(
     monotonic: Callable[[], float] = time.monotonic, sync_conninfo: str | None = None,
 ) -> Ingress:
     """The /sync/v1 API on the configured stores: nodes in the event store, the sync tables
-    (inbox, request ids, receipts, heartbeats) beside it, in its PostgreSQL database or its
-    SQLite file.
+    (inbox, request ids, receipts, heartbeats) beside it, in its PostgreSQL database.
 
     `sync_conninfo` points the sync tables at another PostgreSQL database (tests).
     """
@@ -147,24 +132,11 @@ def build_ingress(
 
 
 def build_sync_tables(config: Config, sync_conninfo: str | None = None) -> SyncTables[Any]:
-    """The sync tables of the configured event store: PostgreSQL (or `sync_conninfo`) when the
-    event store is PostgreSQL, else the event store's SQLite file."""
+    """The sync tables in the event store's PostgreSQL database (or `sync_conninfo`'s)."""
     from tidesync.ingress.stores import SyncTables
 
     shore = config.shore
     store = config.event_store
-    if sync_conninfo is None and store.kind is EventStoreKind.SQLITE:
-        from tidesync.ingress.database import SQLiteSyncDatabase
-        from tidesync.ingress.heartbeats import SQLiteHeartbeats
-        from tidesync.ingress.inbox import SQLiteInbox
-        from tidesync.ingress.nonces import SQLiteNonceStore
-        from tidesync.ingress.receipts import SQLiteReceiptsView
-
-        Path(store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
-        database = SQLiteSyncDatabase(store.sqlite_path, shore.database_pool_size,
-                                      shore.database_timeout_seconds)
-        return SyncTables(database, SQLiteNonceStore(database), SQLiteInbox(database),
-                          SQLiteReceiptsView(database), SQLiteHeartbeats(database))
     from tidesync.ingress.database import PostgresSyncDatabase, open_pool
     from tidesync.ingress.heartbeats import PostgresHeartbeats
     from tidesync.ingress.inbox import PostgresInbox

@@ -34,7 +34,6 @@ class ConfigError(Exception):
 class EventStoreKind(enum.StrEnum):
     EMBEDDED = "embedded"  # a private PostgreSQL server in `embedded_dir`, started on demand
     POSTGRES = "postgres"  # a PostgreSQL server of the operator's
-    SQLITE = "sqlite"      # one SQLite file (uplink apply only; no downlink, arbiter or views)
 
 
 
@@ -52,18 +51,12 @@ class EventStoreConfig:
 
     kind: EventStoreKind = EventStoreKind.EMBEDDED
     embedded_dir: str = "tidesync-data/postgres"
-    sqlite_path: str = "tidesync-data/shore-events.sqlite"
     postgres_host: str = "127.0.0.1"
     postgres_port: int = 5432
     postgres_dbname: str = "tidesync"
     postgres_user: str = "tidesync"
     postgres_password: str = field(default="", metadata={"secret": True})
     postgres_pool_size: int = 5
-
-    @property
-    def is_postgres(self) -> bool:
-        """PostgreSQL, the operator's or the embedded one."""
-        return self.kind is not EventStoreKind.SQLITE
 
     def validate(self) -> list[str]:
         problems = []

@@ -1,20 +1,17 @@
-"""Versioned schema migrations for tidesync's own tables (inbox, views, caches).
+"""Versioned schema migrations for tidesync's own tables in the shore's PostgreSQL database
+(inbox, work queue, views, downlink).
 
-Files `migrations/<kind>/NNNN_name.sql` (kind `postgres` or `sqlite`) apply once each, in order,
-recorded in `tidesync_schema_migrations`. Concurrent starters never race: PostgreSQL holds an
-advisory lock, SQLite applies each migration inside `BEGIN IMMEDIATE` (the one write lock).
+Files `migrations/postgres/NNNN_name.sql` apply once each, in order, recorded in
+`tidesync_schema_migrations`. Concurrent starters never race: they hold an advisory lock.
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-
-from tidesync.sqlite_store import connect
 
 MIGRATIONS_ROOT = Path(__file__).resolve().parent.parent / "migrations"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -81,66 +78,9 @@ def _apply(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -
         raise MigrationError(f"{migration.name} failed: {error}") from error
 
 
-def migrate_sqlite(path: str, migrations: list[Migration] | None = None) -> list[str]:
-    """Apply pending migrations to the SQLite file, each in its own write transaction;
-    returns the names applied. The file is created (in WAL mode) if it does not exist."""
-    migrations = discover("sqlite") if migrations is None else migrations
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    applied: list[str] = []
-    try:
-        conn = connect(path)
-    except sqlite3.Error as error:
-        raise MigrationError(f"cannot open {path}: {error}") from error
-    try:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS tidesync_schema_migrations ("
-            " version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-            " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
-        )
-        for migration in migrations:
-            if _apply_sqlite(conn, migration):
-                applied.append(migration.name)
-    except sqlite3.Error as error:
-        raise MigrationError(f"sqlite migrations failed: {error}") from error
-    finally:
-        conn.close()
-    return applied
 
 
-def _apply_sqlite(conn: sqlite3.Connection, migration: Migration) -> bool:
-    """Apply one migration unless it is recorded; False if another starter applied it."""
-    # `executescript` would COMMIT first and give the lock away: run statement by statement.
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        done = conn.execute("SELECT 1 FROM tidesync_schema_migrations WHERE version = ?",
-                            (migration.version,)).fetchone()
-        if done is None:
-            for statement in sql_statements(migration.sql):
-                conn.execute(statement)
-            conn.execute("INSERT INTO tidesync_schema_migrations (version, name) VALUES (?, ?)",
-                         (migration.version, migration.name))
-    except sqlite3.Error as error:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise MigrationError(f"{migration.name} failed: {error}") from error
-    conn.execute("COMMIT")
-    return done is None
 
 
-def sql_statements(script: str) -> list[str]:
-    """The complete statements of an SQLite script, in order (comment-only text dropped)."""
-    statements: list[str] = []
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            if _has_code(pending):
-                statements.append(pending.strip())
-            pending = ""
-    if _has_code(pending):
-        raise MigrationError("the script ends inside a statement (missing ';')")
-    return statements
 
 
-def _has_code(text: str) -> bool:
-    return any(line.split("--", 1)[0].strip() for line in text.splitlines())

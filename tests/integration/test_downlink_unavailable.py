@@ -1,12 +1,11 @@
-"""The command endpoints when the downlink cannot serve: on the SQLite event store (503 with a
-reason saying it needs PostgreSQL) and with PostgreSQL unreachable (503 + Retry-After)."""
+"""The command endpoints when the downlink cannot serve: with PostgreSQL unreachable they
+answer 503 + Retry-After."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from tests.integration.sync_client import SyncClient
 from tests.integration.test_downlink_api import get_commands, post_acks
@@ -17,7 +16,6 @@ from tests.integration.test_ingress import (
     make_config,
     node_service,
 )
-from tests.integration.test_ingress_sqlite import sqlite_config
 from tidesync.bootstrap import build_ingress
 from tidesync.config import Config
 from tidesync.ingress.routes import Ingress
@@ -35,17 +33,6 @@ def registered_client(config: Config, ingress: Ingress, clock: FakeClock
         issued = nodes.register(node_id, ACTOR, clock())
     with BackgroundServer(create_app(config, ingress=ingress)) as server:
         yield SyncClient(server.url, node_id, issued.secret, clock)
-
-
-def test_sqlite_event_store_answers_503_naming_postgres(tmp_path: Path) -> None:
-    clock = FakeClock()
-    config = sqlite_config(tmp_path / "shore-events.sqlite")
-    ingress = build_ingress(config, clock=clock, monotonic=clock.monotonic)
-    with registered_client(config, ingress, clock) as client:
-        for answer in (get_commands(client), post_acks(client, [])):
-            assert answer.status == 503
-            error = answer.error()
-            assert error.reason_code == "DOWNLINK_UNAVAILABLE" and "postgres" in error.message
 
 
 def test_postgres_down_answers_503_with_retry_after(pg_database: PostgresDatabase) -> None:

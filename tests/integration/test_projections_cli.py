@@ -12,7 +12,6 @@ import pytest
 
 from tests.integration.projection_support import new_node_id, save_synthetic_jobs, shore_apps
 from tests.integration.shore_support import migrated_pool, pg_rows
-from tests.integration.sqlite_support import sqlite_shore
 from tidesync.cli import main
 from tidesync.projections.commands import ProgressPrinter
 from tidesync.projections.rebuild import RebuildProgress
@@ -187,79 +186,3 @@ def test_shore_work_keeps_every_view_current(configured, pg_database, shore_mari
     statuses = json.loads(out)
     assert {view["view"] for view in statuses} == VIEWS
     assert all(feed["behind"] == 0 for view in statuses for feed in view["feeds"])
-
-
-# ----------------------------------------------------------------------------- embedded SQLite
-
-SQLITE_VIEWS = {"receipts", "record_head"}
-
-
-@pytest.fixture
-def on_sqlite(tmp_path, monkeypatch):
-    """The embedded default: the event store and its views in one SQLite file, with
-    finalized jobs in it that no view has read yet. Needs no service."""
-    monkeypatch.delenv("TIDESYNC_CONFIG", raising=False)
-    path = tmp_path / "shore-events.sqlite"
-    monkeypatch.setenv("TIDESYNC_EVENT_STORE__KIND", "sqlite")
-    monkeypatch.setenv("TIDESYNC_EVENT_STORE__SQLITE_PATH", str(path))
-    monkeypatch.setenv("TIDESYNC_PROJECTIONS__BATCH_SIZE", "7")
-    with sqlite_shore(path) as shore:
-        node_id = new_node_id()
-        save_synthetic_jobs(shore.apps, node_id, jobs=3, per_job=20)
-        yield shore, node_id
-
-
-def test_list_names_the_views_the_sqlite_store_keeps(capsys):
-    code, out, _ = run(capsys, "projections", "list", "--json")
-    assert code == 0
-    stores = {view["name"]: view["event_stores"] for view in json.loads(out)}
-    assert {name for name, kinds in stores.items() if "sqlite" in kinds} == SQLITE_VIEWS
-    assert all("postgres" in kinds for kinds in stores.values())
-
-
-def test_status_and_rebuild_work_on_the_sqlite_store(on_sqlite, capsys):
-    shore, node_id = on_sqlite
-    code, out, err = run(capsys, "projections", "status", "--json")
-    assert code == 0, err
-    statuses = {status["view"]: status for status in json.loads(out)}
-    assert set(statuses) == SQLITE_VIEWS
-    for status in statuses.values():
-        (feed,) = status["feeds"]
-        assert feed["position"] == 0 and feed["behind"] == 3 and feed["head"] > 0
-
-    code, out, err = run(capsys, "projections", "rebuild", "record_head", "--reason",
-                         "first build", "--actor", "tester")
-    assert code == 0, err
-    assert re.match(r"rebuilt record_head: 3 notifications in [\d.]+s; rows"
-                    r" record_head=50; action [0-9a-f-]{36}\n", out)
-    assert err.splitlines()[-1].startswith("rebuild record_head: done 100.0%")
-    assert shore.rows("SELECT count(*) FROM record_head WHERE origin_node_id = ?",
-                      (node_id,)) == [(50,)]
-    action_id = out.strip().rsplit(" ", 1)[1]
-    code, out, _ = run(capsys, "audit", "history", "operator_action", action_id)
-    assert code == 0
-    assert [(e["event_type"], e["actor"], e["reason"]) for e in json.loads(out)["events"]] == [
-        ("OperatorAction.Requested", "tester", "first build"),
-        ("OperatorAction.Completed", "tester", "rebuilt in place")]
-
-    code, out, _ = run(capsys, "projections", "status", "record_head", "--json")
-    (status,) = json.loads(out)
-    (feed,) = status["feeds"]
-    assert feed["behind"] == 0 and feed["position"] == feed["head"] > 0
-    code, out, _ = run(capsys, "projections", "status")
-    assert code == 0
-    assert re.search(r"^receipts\s+receipts\s+0\s+[\d,]+\s+3\s", out, re.M)
-    assert re.search(r"^record_head\s+record_head\s+[\d,]+\s+[\d,]+\s+0\s", out, re.M)
-
-
-@pytest.mark.parametrize("argv", [
-    ("projections", "status", "conflict_center"),
-    ("projections", "rebuild", "backlog", "--reason", "x"),
-])
-def test_postgres_only_views_are_named_on_the_sqlite_store(on_sqlite, capsys, argv):
-    code, _, err = run(capsys, *argv)
-    assert code == 2
-    assert f"view {argv[2]} is PostgreSQL-only" in err
-    assert "SQLite event store keeps receipts, record_head" in err
-    code, _, err = run(capsys, "projections", "status", "nope")
-    assert code == 2 and "no view 'nope'" in err

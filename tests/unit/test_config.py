@@ -48,7 +48,7 @@ def test_every_problem_is_reported_with_its_origin(tmp_path):
     text = "\n".join(caught.value.problems)
     assert f"shore.listen_port: expected an integer, got 'eighty' (from {path})" in text
     assert "unknown section 'nonsense'" in text
-    assert "event_store.kind: expected one of ['embedded', 'postgres', 'sqlite']" in text
+    assert "event_store.kind: expected one of ['embedded', 'postgres']" in text
     assert "TIDESYNC_EVENT_STORE__KIND" in text
     assert "ship.unknown: unknown setting (from TIDESYNC_SHIP__UNKNOWN)" in text
     # Range checks run even when other fields are broken.

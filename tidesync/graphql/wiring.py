@@ -12,11 +12,8 @@ from tidesync.projections.registry import ViewSettings
 from tidesync.target.contract import TargetApplier
 
 
-def build_console(config: Config) -> Console | None:
-    """The console over the configured stores; None on the SQLite event store (the read
-    models live in PostgreSQL only)."""
-    if not config.event_store.is_postgres:
-        return None
+def build_console(config: Config) -> Console:
+    """The console over the configured stores."""
 
     def open_target() -> TargetApplier:
         # The same applier `shore work` and `tidesync conflicts decide` use (MySQL or SQLite).

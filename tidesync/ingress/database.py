@@ -1,12 +1,11 @@
-"""The sync API's database connections: a PostgreSQL pool or the embedded SQLite file, and the
-one place driver errors become StoreUnavailable (answered 503 + Retry-After; nothing is kept in
+"""The sync API's database connections (a PostgreSQL pool), and the one place driver errors
+become StoreUnavailable (answered 503 + Retry-After; nothing is kept in
 memory as if stored).
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -14,16 +13,12 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from tidesync.migrations import MigrationError, migrate_postgres, migrate_sqlite
-from tidesync.sqlite_store import SQLiteConnections
+from tidesync.migrations import MigrationError, migrate_postgres
 
 log = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[TupleRow]
 
-# Primary SQLite result codes that mean "busy or failing now, may work later" (sqlite3.h):
-# BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL.
-_SQLITE_UNAVAILABLE = frozenset({5, 6, 7, 8, 10, 13, 14, 15})
 
 
 class StoreUnavailable(Exception):
@@ -79,39 +74,3 @@ class PostgresSyncDatabase:
         self.pool.close()
 
 
-class SQLiteSyncDatabase:
-    """The sync tables in the embedded SQLite event store file.
-
-    Every request is one `BEGIN IMMEDIATE` transaction: SQLite has one writer at a time, and a
-    writer waits up to `busy_timeout` seconds for its turn before the request answers 503.
-    """
-
-    def __init__(self, path: str, size: int = 4, busy_timeout: float = 5.0) -> None:
-        self.path = path
-        self.connections = SQLiteConnections(path, size, busy_timeout)
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A connection inside one write transaction; busy, locked and I/O failures surface as
-        StoreUnavailable, other sqlite3 errors pass through unchanged."""
-        try:
-            with self.connections.transaction() as conn:
-                yield conn
-        except TimeoutError as error:
-            raise StoreUnavailable("no database connection available") from error
-        except (sqlite3.OperationalError, sqlite3.InterfaceError) as error:
-            code = getattr(error, "sqlite_errorcode", None)
-            if isinstance(error, sqlite3.InterfaceError) or (
-                    isinstance(code, int) and code & 0xFF in _SQLITE_UNAVAILABLE):
-                raise StoreUnavailable(f"SQLite error {code}") from error
-            raise
-
-    def start(self) -> None:
-        """Bring the schema up to date; a failure is logged, requests then answer errors."""
-        try:
-            migrate_sqlite(self.path)
-        except MigrationError as error:
-            log.warning("sync tables not migrated at startup: %s", error)
-
-    def close(self) -> None:
-        self.connections.close()

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sqlite3
 from typing import Any
 
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from tidesync.ingress.database import Connection, SQLiteSyncDatabase, transaction
-from tidesync.sqlite_store import sqlite_value
+from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
 _INT64 = 1 << 63
@@ -35,8 +33,6 @@ _INSERT_SAMPLE = (
     " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (node_id, sampled_at, dimension) DO NOTHING"
 )
-_SQLITE_UPSERT_LATEST = _UPSERT_LATEST.replace("%s", "?")
-_SQLITE_INSERT_SAMPLE = _INSERT_SAMPLE.replace("%s", "?")
 
 
 class BadHeartbeat(ValueError):
@@ -68,31 +64,6 @@ class PostgresHeartbeats:
                 cursor.executemany(_INSERT_SAMPLE, samples)
 
 
-class SQLiteHeartbeats:
-    """The SQLite twin of PostgresHeartbeats: health as JSON text, times as sortable text."""
-
-    def __init__(self, database: SQLiteSyncDatabase) -> None:
-        self.database = database
-
-    def record(self, node_id: str, heartbeat: pb.Heartbeat, now: dt.datetime) -> None:
-        """Store the heartbeat as the node's latest (unless a newer one is stored) and its
-        samples (each once). Raises BadHeartbeat for out-of-range values."""
-        with self.database.transaction() as conn:
-            self._record(conn, node_id, heartbeat, now)
-
-    def _record(self, conn: sqlite3.Connection, node_id: str, heartbeat: pb.Heartbeat,
-                now: dt.datetime) -> None:
-        sent_at = _moment(heartbeat.sent_at_micros)
-        health = json.dumps([_health(item) for item in heartbeat.health])
-        samples = [_backlog_row(node_id, sent_at, item, now) for item in heartbeat.backlog]
-        samples += [_throughput_row(node_id, item, now) for item in heartbeat.throughput]
-        conn.execute(_SQLITE_UPSERT_LATEST, tuple(map(sqlite_value, (
-            node_id, now, sent_at, heartbeat.protocol_version, heartbeat.client_version,
-            heartbeat.active_config_version, health,
-        ))))
-        if samples:
-            conn.executemany(_SQLITE_INSERT_SAMPLE,
-                             [tuple(map(sqlite_value, row)) for row in samples])
 
 
 def _health(item: pb.SubsystemHealth) -> dict[str, Any]:

@@ -2,8 +2,7 @@
 answered only after it commits. A re-sent event is compared with the stored one.
 
 New events are not decoded here: their index columns come straight from the Protobuf message,
-and the apply processor decodes each one from the stored batch body. The rules are shared;
-`PostgresInbox` and `SQLiteInbox` differ only in their statements.
+and the apply processor decodes each one from the stored batch body.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import enum
 import hashlib
 import json
 import logging
-import sqlite3
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -24,9 +22,8 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.values import Row, canonical_value
-from tidesync.ingress.database import Connection, SQLiteSyncDatabase, transaction
+from tidesync.ingress.database import Connection, transaction
 from tidesync.ingress.receipts import result_code
-from tidesync.sqlite_store import moment_from_text, moment_text
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
     SUPPORTED_MAJORS,
@@ -78,38 +75,6 @@ _INSERT_REJECTIONS = (
     " content_digest, recorded_at) VALUES (%s, %s, %s, %s, %s, %s)"
 )
 
-# The SQLite twins. Arrays travel as one JSON parameter: one statement inserts the batch's
-# events and answers which were new (the body follows in the same transaction).
-_SQLITE_INSERT_EVENTS = (
-    "INSERT INTO inbox_event (origin_node_id, event_id, batch_ref, batch_index, source_topic,"
-    " source_partition, source_position, source_sequence, replay_epoch, received_at)"
-    " SELECT ?1, json_extract(e.value, '$[0]'), ?2, json_extract(e.value, '$[1]'),"
-    " json_extract(e.value, '$[2]'), json_extract(e.value, '$[3]'),"
-    " json_extract(e.value, '$[4]'), json_extract(e.value, '$[5]'),"
-    " json_extract(e.value, '$[6]'), ?3 FROM json_each(?4) AS e WHERE true"
-    " ON CONFLICT (origin_node_id, event_id) DO NOTHING"
-    " RETURNING batch_index"
-)
-_SQLITE_INSERT_BODY = (
-    "INSERT INTO inbox_batch (batch_ref, origin_node_id, client_batch_id, body, event_count,"
-    " received_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_SQLITE_SELECT_EXISTING = (
-    "SELECT e.event_id, e.batch_ref, e.batch_index, e.state, e.result, e.reason_code,"
-    " e.source_topic, e.source_partition, e.source_position,"
-    " r.result, r.reason_code, r.conflict_id, r.result_revision, r.decided_at"
-    " FROM inbox_event e LEFT JOIN receipt r ON r.seq = ("
-    "   SELECT max(seq) FROM receipt"
-    "   WHERE receipt.origin_node_id = e.origin_node_id AND receipt.event_id = e.event_id)"
-    " WHERE e.origin_node_id = ? AND e.event_id IN (SELECT value FROM json_each(?))"
-)
-_SQLITE_SELECT_BODIES = (
-    "SELECT batch_ref, body FROM inbox_batch WHERE batch_ref IN (SELECT value FROM json_each(?))"
-)
-_SQLITE_INSERT_REJECTIONS = (
-    "INSERT INTO receive_rejection (origin_node_id, event_id, reason_code, detail,"
-    " content_digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
 
 C = TypeVar("C")
 """A connection inside the receiving transaction."""
@@ -281,77 +246,8 @@ class PostgresInbox(_ReceivingInbox[Connection]):
             ])
 
 
-class SQLiteInbox(_ReceivingInbox[sqlite3.Connection]):
-    """The SQLite twin of PostgresInbox (migrations sqlite/0001): the same rules and answers;
-    the receiving transaction holds the file's write lock (`BEGIN IMMEDIATE`)."""
-
-    def __init__(self, database: SQLiteSyncDatabase) -> None:
-        self.database = database
-
-    def receive(self, node_id: str, raw: bytes, batch: pb.UploadBatch,
-                now: dt.datetime) -> pb.UploadBatchResponse:
-        """Store the batch's new events and its body in one transaction; answer per event.
-
-        Raises StoreUnavailable when SQLite is busy or failing (then nothing counts as
-        received)."""
-        with self.database.transaction() as conn:
-            return self._receive(conn, node_id, raw, batch, now)
-
-    def _insert(self, conn: sqlite3.Connection, node_id: str, raw: bytes,
-                batch: pb.UploadBatch, screened: _Screened, now: dt.datetime) -> set[int]:
-        if not screened.indexes:
-            return set()
-        batch_ref, received_at = str(uuid.uuid4()), moment_text(now)
-        rows = json.dumps([
-            [str(event_id), index, topic, partition, position, sequence, epoch]
-            for event_id, index, topic, partition, position, sequence, epoch in zip(
-                screened.ids, screened.indexes, screened.topics, screened.partitions,
-                screened.positions, screened.sequences, screened.epochs, strict=True)
-        ])
-        new = {row[0] for row in conn.execute(
-            _SQLITE_INSERT_EVENTS, (node_id, batch_ref, received_at, rows)).fetchall()}
-        if new:
-            conn.execute(_SQLITE_INSERT_BODY, (batch_ref, node_id, batch.batch_id, raw,
-                                               len(batch.events), received_at))
-        return new
-
-    def _stored(self, conn: sqlite3.Connection, node_id: str,
-                ids: list[uuid.UUID]) -> dict[uuid.UUID, _Stored]:
-        rows = conn.execute(_SQLITE_SELECT_EXISTING,
-                            (node_id, json.dumps([str(i) for i in ids]))).fetchall()
-        stored: dict[uuid.UUID, _Stored] = {}
-        for row in rows:
-            typed = _typed_sqlite_row(row)
-            stored[typed[0]] = _Stored(typed[1], typed[2], _stored_result(typed))
-        return stored
-
-    def _bodies(self, conn: sqlite3.Connection,
-                refs: set[uuid.UUID]) -> list[tuple[uuid.UUID, bytes]]:
-        if not refs:
-            return []
-        rows = conn.execute(_SQLITE_SELECT_BODIES, (json.dumps([str(r) for r in refs]),))
-        return [(uuid.UUID(ref), body) for ref, body in rows.fetchall()]
-
-    def _record_refusals(self, conn: sqlite3.Connection, node_id: str, batch: pb.UploadBatch,
-                         refused: dict[int, Refusal], now: dt.datetime) -> None:
-        if not refused:
-            return
-        recorded_at = moment_text(now)
-        conn.executemany(_SQLITE_INSERT_REJECTIONS, [
-            (node_id, _optional_text(_event_uuid(batch.events[i].event_id)), r.reason.value,
-             r.detail, r.digest, recorded_at)
-            for i, r in refused.items()
-        ])
 
 
-def _typed_sqlite_row(row: Sequence[Any]) -> tuple[Any, ...]:
-    """A row of _SQLITE_SELECT_EXISTING with the types PostgreSQL returns (UUIDs, times)."""
-    (event_id, batch_ref, batch_index, state, inbox_result, inbox_reason, topic, partition,
-     position, result, reason, conflict_id, revision, decided_at) = row
-    return (uuid.UUID(event_id), uuid.UUID(batch_ref), batch_index, state, inbox_result,
-            inbox_reason, topic, partition, position, result, reason,
-            None if conflict_id is None else uuid.UUID(conflict_id), revision,
-            None if decided_at is None else moment_from_text(decided_at))
 
 
 def _optional_text(value: uuid.UUID | None) -> str | None:

@@ -6,15 +6,13 @@ Rows live until their request could no longer pass the timestamp check; expired 
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import time
 from collections.abc import Callable
 
 from psycopg_pool import ConnectionPool
 
 from tidesync.ingress.auth import NonceStore
-from tidesync.ingress.database import Connection, SQLiteSyncDatabase, transaction
-from tidesync.sqlite_store import moment_text
+from tidesync.ingress.database import Connection, transaction
 
 _REMEMBER = (
     "INSERT INTO request_nonce (node_id, request_id, expires_at) VALUES (%s, %s, %s)"
@@ -23,13 +21,6 @@ _REMEMBER = (
     " RETURNING 1"
 )
 _PURGE = "DELETE FROM request_nonce WHERE expires_at <= %s"
-_SQLITE_REMEMBER = (
-    "INSERT INTO request_nonce (node_id, request_id, expires_at) VALUES (?1, ?2, ?3)"
-    " ON CONFLICT (node_id, request_id) DO UPDATE SET expires_at = excluded.expires_at"
-    " WHERE request_nonce.expires_at <= ?4"
-    " RETURNING 1"
-)
-_SQLITE_PURGE = "DELETE FROM request_nonce WHERE expires_at <= ?"
 
 
 class PostgresNonceStore:
@@ -77,46 +68,5 @@ class _NoncesWithin:
         return self.store._remember(self.conn, node_id, request_id, expires_at, now)
 
 
-class SQLiteNonceStore:
-    """The SQLite twin of PostgresNonceStore (`request_nonce`, times as sortable UTC text)."""
-
-    def __init__(self, database: SQLiteSyncDatabase, purge_every: float = 60.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.database = database
-        self.purge_every = purge_every
-        self._monotonic = monotonic
-        self._last_purge = monotonic()
-
-    def remember(self, node_id: str, request_id: str, expires_at: dt.datetime,
-                 now: dt.datetime) -> bool:
-        """Record the id; False if it is already recorded and not yet expired."""
-        with self.database.transaction() as conn:
-            return self._remember(conn, node_id, request_id, expires_at, now)
-
-    def _remember(self, conn: sqlite3.Connection, node_id: str, request_id: str,
-                  expires_at: dt.datetime, now: dt.datetime) -> bool:
-        # An expired row may be reused: its request would fail the timestamp check anyway.
-        fresh = conn.execute(_SQLITE_REMEMBER, (node_id, request_id, moment_text(expires_at),
-                                                moment_text(now))).fetchall()
-        if self._monotonic() - self._last_purge >= self.purge_every:
-            self._last_purge = self._monotonic()
-            conn.execute(_SQLITE_PURGE, (moment_text(now),))
-        return bool(fresh)
-
-    def within(self, conn: sqlite3.Connection) -> NonceStore:
-        """This store inside the caller's transaction (see PostgresNonceStore.within)."""
-        return _SQLiteNoncesWithin(self, conn)
-
-    def purge(self, now: dt.datetime) -> int:
-        """Delete expired ids now; returns how many."""
-        with self.database.transaction() as conn:
-            return conn.execute(_SQLITE_PURGE, (moment_text(now),)).rowcount
 
 
-class _SQLiteNoncesWithin:
-    def __init__(self, store: SQLiteNonceStore, conn: sqlite3.Connection) -> None:
-        self.store, self.conn = store, conn
-
-    def remember(self, node_id: str, request_id: str, expires_at: dt.datetime,
-                 now: dt.datetime) -> bool:
-        return self.store._remember(self.conn, node_id, request_id, expires_at, now)

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import sqlite3
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from tidesync.ingress.database import Connection, SQLiteSyncDatabase, transaction
-from tidesync.sqlite_store import moment_from_text
+from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
 MAX_PAGE = 1000
@@ -27,7 +24,6 @@ _PAGE = (
     " source_topic, source_partition, source_position FROM receipt"
     " WHERE origin_node_id = %s AND seq > %s ORDER BY seq LIMIT %s"
 )
-_SQLITE_PAGE = _PAGE.replace("%s", "?")
 
 
 class BadPageRequest(ValueError):
@@ -60,27 +56,6 @@ class PostgresReceiptsView:
         return _receipts_page(rows, after_seq, limit)
 
 
-class SQLiteReceiptsView:
-    """The SQLite twin of PostgresReceiptsView (ids and times stored as text)."""
-
-    def __init__(self, database: SQLiteSyncDatabase) -> None:
-        self.database = database
-
-    def page(self, node_id: str, after_seq: int, limit: int) -> pb.ReceiptsPage:
-        """Up to `limit` results of the node after `after_seq`, oldest first."""
-        with self.database.transaction() as conn:
-            return self._page(conn, node_id, after_seq, limit)
-
-    def _page(self, conn: sqlite3.Connection, node_id: str, after_seq: int,
-              limit: int) -> pb.ReceiptsPage:
-        rows = conn.execute(_SQLITE_PAGE, (node_id, after_seq, limit + 1)).fetchall()
-        return _receipts_page([
-            (seq, uuid.UUID(event_id), result, reason,
-             None if conflict_id is None else uuid.UUID(conflict_id), revision,
-             moment_from_text(decided_at), topic, partition, position)
-            for (seq, event_id, result, reason, conflict_id, revision, decided_at, topic,
-                 partition, position) in rows
-        ], after_seq, limit)
 
 
 def _receipts_page(rows: Sequence[tuple[Any, ...]], after_seq: int,

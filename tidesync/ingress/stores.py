@@ -1,5 +1,5 @@
-"""What the sync API needs of its tables: small protocols that the PostgreSQL and SQLite
-adapters both satisfy, and the bundle of them the routes use.
+"""What the sync API needs of its tables: small protocols that the PostgreSQL adapters
+satisfy (and tests may fake), and the bundle of them the routes use.
 
 Each store has a public method that opens its own transaction and an `_underscore` twin that
 runs inside the caller's, so a request's replay check and its writes commit together.

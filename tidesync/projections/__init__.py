@@ -3,8 +3,7 @@
 Views (PostgreSQL tables, created by migrations/postgres/0020_views.sql): receipts, record_head,
 conflict_center, node_overview, backlog (+ backlog_event, backlog_job), audit (audit_event).
 `shore work` keeps every registered view current; each batch of notifications is written with
-its position in projection_tracking in one transaction. On the SQLite event store it
-keeps receipts and record_head only (`sqlite_views`, `sqlite_runner`). Batch size and refresh
+its position in projection_tracking in one transaction. Batch size and refresh
 interval come from `[projections]`, the conflict SLA from `conflicts.manual_sla_hours`
 (`registry.ViewSettings.from_config`).
 

@@ -14,16 +14,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
-from tidesync.config import Config, EventStoreKind, load_config
+from tidesync.config import Config, load_config
 
 if TYPE_CHECKING:
     from eventsourcing.application import Application
 
     from tidesync.projections.engine import Pool
-    from tidesync.projections.rebuild import RebuildProgress, RebuildResult
+    from tidesync.projections.rebuild import RebuildProgress
     from tidesync.projections.registry import Catalogue, OpenApplications
-    from tidesync.projections.views import ViewStatus
-    from tidesync.sqlite_store import SQLiteConnections
 
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -80,8 +78,6 @@ def _fail(message: str, code: int = 1) -> int:
     return code
 
 
-def _on_sqlite(config: Config) -> bool:
-    return config.event_store.kind is EventStoreKind.SQLITE
 
 
 def _catalogue(config: Config) -> Catalogue:
@@ -113,16 +109,6 @@ def _read_side(config: Config, *, pool_needed: bool = True,
             pool.close()
 
 
-@contextmanager
-def _sqlite_views(config: Config) -> Iterator[SQLiteConnections]:
-    """The SQLite event store file's tables (migrated), for the views it keeps."""
-    from tidesync.shore.worker import open_sqlite
-
-    connections = open_sqlite(config)
-    try:
-        yield connections
-    finally:
-        connections.close()
 
 
 # ----------------------------------------------------------------------------- projections
@@ -130,25 +116,18 @@ def _sqlite_views(config: Config) -> Iterator[SQLiteConnections]:
 
 def _run_list(args: argparse.Namespace) -> int:
     from tidesync.projections.catalogue import default_catalogue
-    from tidesync.projections.sqlite_views import SQLITE_VIEW_NAMES
     from tidesync.projections.views import list_views
 
     views = list_views(default_catalogue())
-
-    def stores(name: str) -> list[str]:
-        return ["postgres", "sqlite"] if name in SQLITE_VIEW_NAMES else ["postgres"]
-
     if args.json:
         print(json.dumps([{"name": v.name, "description": v.description,
-                           "tables": list(v.tables), "applications": list(v.applications),
-                           "event_stores": stores(v.name)}
+                           "tables": list(v.tables), "applications": list(v.applications)}
                           for v in views], indent=2))
         return 0
     for view in views:
         print(f"{view.name:<16} {view.description}")
         print(f"{'':<16} tables: {', '.join(view.tables)};"
-              f" follows: {', '.join(view.applications)};"
-              f" event stores: {', '.join(stores(view.name))}")
+              f" follows: {', '.join(view.applications)}")
     return 0
 
 
@@ -158,12 +137,9 @@ def _run_status(args: argparse.Namespace) -> int:
 
     try:
         config = _config(args)
-        if _on_sqlite(config):
-            statuses = _sqlite_status(config, args.name)
-        else:
-            with _read_side(config) as (catalogue, apps, pool):
-                assert pool is not None
-                statuses = view_status(apps, pool, args.name, catalogue)
+        with _read_side(config) as (catalogue, apps, pool):
+            assert pool is not None
+            statuses = view_status(apps, pool, args.name, catalogue)
     except NotImplementedError as error:
         return _fail(str(error), 2)
     except RegistryError as error:
@@ -183,17 +159,6 @@ def _run_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sqlite_status(config: Config, name: str | None) -> list[ViewStatus]:
-    """The views the SQLite event store keeps; a PostgreSQL-only view fails with a message
-    naming it (RegistryError POSTGRES_ONLY)."""
-    from tidesync.projections.sqlite_views import sqlite_view, sqlite_view_status
-
-    catalogue = _catalogue(config)
-    if name is not None:
-        sqlite_view(name, catalogue)  # Fail before opening anything.
-    with _read_side(config, pool_needed=False) as (_, apps, _pool), \
-            _sqlite_views(config) as connections:
-        return sqlite_view_status(apps, connections, name, catalogue)
 
 
 def _feed_json(feed: Any) -> dict[str, object]:
@@ -228,15 +193,12 @@ def _run_rebuild(args: argparse.Namespace) -> int:
     progress = ProgressPrinter(sys.stderr)
     try:
         config = _config(args)
-        if _on_sqlite(config):
-            result = _sqlite_rebuild(config, args, progress)
-        else:
-            with _read_side(config) as (catalogue, apps, pool):
-                assert pool is not None
-                result = rebuild_view(args.name, apps=apps, pool=pool,
-                                      actor=args.actor or getpass.getuser(),
-                                      reason=args.reason, catalogue=catalogue,
-                                      batch_size=args.batch_size, on_progress=progress)
+        with _read_side(config) as (catalogue, apps, pool):
+            assert pool is not None
+            result = rebuild_view(args.name, apps=apps, pool=pool,
+                                  actor=args.actor or getpass.getuser(),
+                                  reason=args.reason, catalogue=catalogue,
+                                  batch_size=args.batch_size, on_progress=progress)
     except NotImplementedError as error:
         return _fail(str(error), 2)
     except (RegistryError, RebuildError) as error:
@@ -251,20 +213,6 @@ def _run_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sqlite_rebuild(config: Config, args: argparse.Namespace,
-                    progress: ProgressPrinter) -> RebuildResult:
-    """Rebuild a view the SQLite event store keeps, in place (see projections.sqlite_views)."""
-    from tidesync.projections.sqlite_views import rebuild_sqlite_view, sqlite_view
-
-    catalogue = _catalogue(config)
-    sqlite_view(args.name, catalogue)  # Fail before opening anything.
-    actor = args.actor or getpass.getuser()
-    with _read_side(config, pool_needed=False) as (_, apps, _pool), \
-            _sqlite_views(config) as connections:
-        return rebuild_sqlite_view(args.name, apps=apps, connections=connections, actor=actor,
-                                   reason=args.reason, catalogue=catalogue,
-                                   batch_size=args.batch_size or catalogue.settings.batch_size,
-                                   on_progress=progress)
 
 
 class ProgressPrinter:

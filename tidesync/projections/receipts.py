@@ -46,8 +46,7 @@ class ReceiptsProjection:
 
 def receipt_columns(events: Events) -> tuple[list[Any], ...]:
     """The receipt rows of these Finalized events, column by column: origin, event id, result,
-    reason, conflict id, result revision (UUID text), decided at, topic, partition, position.
-    Also used by the SQLite writer (`tidesync.projections.sqlite_runner`)."""
+    reason, conflict id, result revision (UUID text), decided at, topic, partition, position."""
     columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [], [])
     (origins, event_ids, results, reasons, conflicts, revisions, decided, topics,
      partitions, positions) = columns

@@ -48,7 +48,7 @@ class RecordHeadProjection:
     def head_rows(self, events: Events) -> list[tuple[Any, ...]]:
         """The newest APPLIED result of each record in these events (later in the batch is
         newer): rule id, key digest, record key, revision, origin, event id, tombstone,
-        finalized at, notification id. Also used by the SQLite writer."""
+        finalized at, notification id."""
         newest: dict[tuple[str, str], tuple[Any, ...]] = {}
         for notification_id, event in events:
             origin = event.origin_node_id  # type: ignore[attr-defined]

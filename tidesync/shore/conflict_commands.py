@@ -65,11 +65,7 @@ def register_commands(commands: Commands) -> None:
 
 
 def _config(args: argparse.Namespace) -> Config:
-    config = load_config(args.config)
-    if not config.event_store.is_postgres:
-        raise SystemExit("tidesync: conflicts need the PostgreSQL event store "
-                         "(event_store.kind = \"postgres\")")
-    return config
+    return load_config(args.config)
 
 
 class _Session:

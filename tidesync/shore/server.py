@@ -18,7 +18,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 import tidesync
 from tidesync.bootstrap import (
@@ -42,6 +41,8 @@ def create_app(config: Config, ingress: Ingress | None = None,
     sync_api = ingress if ingress is not None else build_ingress(config)
     if sync_api.downlink is None:
         attach_downlink(config, sync_api)
+    from tidesync.graphql.http import ConsoleEndpoint
+
     if console is None:
         from tidesync.graphql.wiring import build_console
 
@@ -50,13 +51,11 @@ def create_app(config: Config, ingress: Ingress | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(sync_api.start)
-        if console is not None:
-            await run_in_threadpool(console.start)
+        await run_in_threadpool(console.start)
         try:
             yield
         finally:
-            if console is not None:
-                await run_in_threadpool(console.close)
+            await run_in_threadpool(console.close)
             await run_in_threadpool(sync_api.close)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -77,18 +76,13 @@ def create_app(config: Config, ingress: Ingress | None = None,
         Route("/healthz", healthz, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         *sync_api.routes(),
-        Route("/graphql", _console_endpoint(console), methods=["GET", "POST"]),
+        Route("/graphql", ConsoleEndpoint(console), methods=["GET", "POST"]),
     ], lifespan=lifespan)
 
 
 def attach_downlink(config: Config, sync_api: Ingress) -> None:
     """Serve GET /sync/v1/commands and POST /sync/v1/command-acks from the event store's
-    PostgreSQL database (opened on first use); the SQLite event store answers them 503."""
-    if not config.event_store.is_postgres:
-        sync_api.use_downlink(None, "the downlink needs a PostgreSQL event store (kind ="
-                                    " embedded or postgres); the SQLite event store serves the"
-                                    " uplink only")
-        return
+    PostgreSQL database (opened on first use)."""
     from tidesync.shore.downlink import LazyDownlink, open_downlink
 
     env = event_store_env(config.event_store)
@@ -97,22 +91,8 @@ def attach_downlink(config: Config, sync_api: Ingress) -> None:
         lambda: open_downlink(env, conninfo, config.downlink.max_page_size)))
 
 
-def _console_endpoint(console: Console | None) -> ASGIApp:
-    if console is not None:
-        from tidesync.graphql.http import ConsoleEndpoint
-
-        return ConsoleEndpoint(console)
-    return _ConsoleUnavailable()
 
 
-class _ConsoleUnavailable:
-    """/graphql on the SQLite event store: the read models live in PostgreSQL only."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = JSONResponse({"data": None, "errors": [{
-            "message": "the console needs the PostgreSQL event store",
-            "extensions": {"code": "UNAVAILABLE"}}]}, status_code=503)
-        await response(scope, receive, send)
 
 
 def build_server(config: Config) -> uvicorn.Server:

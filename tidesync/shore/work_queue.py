@@ -2,16 +2,13 @@
 
 The ApplyJob streams are the record of what happened; these tables are the index a worker
 queries to find work, updated in the same transaction as the job events they reflect.
-`PostgresWorkQueue` and `SQLiteWorkQueue` keep the same tables with the same meaning; the
-processor and the operator commands see only the `WorkQueue` protocol.
+The processor and the operator commands see only the `WorkQueue` protocol.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
-import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,11 +21,6 @@ from psycopg_pool import ConnectionPool
 from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
 from tidesync.domain.change_event import ChangeEvent, Revision
 from tidesync.shore.apps import Statement
-from tidesync.sqlite_store import (
-    SQLiteConnections,
-    moment_text,
-    uuid_text,
-)
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
 
@@ -432,255 +424,9 @@ class PostgresWorkQueue:
         return _by_job(rows)
 
 
-class SQLiteWorkQueue:
-    """The SQLite twin of PostgresWorkQueue, on the event store's file.
-
-    SQLite has one writer at a time: a claim takes the write lock up front (`BEGIN IMMEDIATE`),
-    so two workers never lease the same partition, and no row locks are needed. Arrays travel
-    as JSON; statements use `?` placeholders, as the SQLite event recorder runs them.
-    """
-
-    def __init__(self, connections: SQLiteConnections) -> None:
-        self.connections = connections
-        self._last_discovery: dt.datetime | None = None
-
-    def close(self) -> None:
-        self.connections.close()
-
-    # -------------------------------------------------------------------- claiming
-
-    def claim(self, worker: str, now: dt.datetime, lease_seconds: float,
-              max_events: int) -> Claim | None:
-        """Lease the least recently served partition that has open events, or None."""
-        with self.connections.transaction() as conn:
-            if _discovery_due(self, now):
-                conn.execute(_SQLITE_DISCOVER_PARTITIONS)
-            row = conn.execute(_SQLITE_CLAIMABLE_PARTITION, (moment_text(now),)).fetchone()
-            if row is None:
-                return None
-            partition = PartitionKey(*row[:4])
-            job_no, attempts, next_sequence, previous_job_id = row[4:8]
-            events = self._open_events(conn, partition, max_events)
-            if not events:
-                return None
-            claim = self._lease(conn, partition, job_no, attempts, next_sequence, events,
-                                worker, now, lease_seconds)
-        previous = None if previous_job_id is None else uuid.UUID(previous_job_id)
-        return dataclasses.replace(claim, previous_job_id=previous)
-
-    def discover_partitions(self) -> None:
-        """Give every partition with pending events its apply_partition row."""
-        with self.connections.transaction() as conn:
-            conn.execute(_SQLITE_DISCOVER_PARTITIONS)
-
-    def _open_events(self, conn: sqlite3.Connection, partition: PartitionKey,
-                     max_events: int) -> list[ClaimedEvent]:
-        # `state <> 'TERMINAL'` repeats what PENDING implies so the partial index serves.
-        rows = conn.execute(
-            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence"
-            " FROM inbox_event WHERE origin_node_id = ? AND source_topic = ?"
-            " AND source_partition = ? AND replay_epoch = ? AND state <> 'TERMINAL'"
-            " AND state = 'PENDING' ORDER BY source_position LIMIT ?",
-            (*partition.params(), max_events),
-        ).fetchall()
-        return [ClaimedEvent(uuid.UUID(event_id), uuid.UUID(batch_ref), index, position,
-                             sequence)
-                for event_id, batch_ref, index, position, sequence in rows]
-
-    def _lease(self, conn: sqlite3.Connection, partition: PartitionKey, job_no: int,
-               attempts: int, next_sequence: int, events: list[ClaimedEvent], worker: str,
-               now: dt.datetime, lease_seconds: float) -> Claim:
-        job_id = apply_job_id(*partition.params(), job_no)
-        expires = now + dt.timedelta(seconds=lease_seconds)
-        conn.execute(
-            "UPDATE apply_partition SET next_job_no = next_job_no + 1, current_job_id = ?,"
-            " lease_owner = ?, lease_expires_at = ?, last_claimed_at = ? WHERE"
-            " origin_node_id = ? AND source_topic = ? AND source_partition = ?"
-            " AND replay_epoch = ?",
-            (str(job_id), worker, moment_text(expires), moment_text(now), *partition.params()),
-        )
-        return Claim(partition, job_no, job_id, attempts, next_sequence, expires, tuple(events))
-
-    # -------------------------------------------------------------------- decoding
-
-    def load_batches(self, claim: Claim) -> StoredBatches:
-        """The stored batch bodies the claimed events point into, parsed once."""
-        refs = sorted({str(e.batch_ref) for e in claim.events})
-        with self.connections.connection() as conn:
-            rows = conn.execute(
-                "SELECT batch_ref, body FROM inbox_batch"
-                " WHERE batch_ref IN (SELECT value FROM json_each(?))", (json.dumps(refs),)
-            ).fetchall()
-        return StoredBatches({uuid.UUID(ref): pb.UploadBatch.FromString(body)
-                              for ref, body in rows})
-
-    def load_events(self, claim: Claim) -> list[ChangeEvent | UndecodableEvent]:
-        """The claimed events decoded from their stored batch bodies, in claim order."""
-        return self.load_batches(claim).decode(claim.events)
-
-    # ------------------------------------------- statements run with the job's events
-
-    @staticmethod
-    def finalize_statements(origin_node_id: str, job_id: uuid.UUID,
-                            results: Sequence[FinalResult],
-                            now: dt.datetime) -> list[Statement]:
-        # One statement per event: BLOB columns cannot travel inside JSON here, and the
-        # recorder reuses the prepared statement.
-        terminal_at, job = moment_text(now), str(job_id)
-        return [(
-            "UPDATE inbox_event SET state = 'TERMINAL', result = ?, reason_code = ?,"
-            " conflict_id = ?, result_revision = ?, terminal_at = ?, job_id = ?,"
-            " error_class = ? WHERE origin_node_id = ? AND event_id = ?",
-            (r.result.value, r.reason_code or None,
-             uuid_text(r.conflict_id) if r.conflict_id else None,
-             uuid.UUID(r.result_revision).bytes if r.result_revision else None,
-             terminal_at, job,
-             error_class_of(r.reason_code).value if r.result is EventResult.REJECTED else None,
-             origin_node_id, uuid_text(r.event_id)),
-        ) for r in results]
-
-    @staticmethod
-    def retry_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
-                         not_before: dt.datetime, attempt: int,
-                         resume_sequence: int | None) -> list[Statement]:
-        """Hold the whole partition until `not_before`: later events may share a key."""
-        return [("UPDATE inbox_event SET attempts = ?, error_class = ?"
-                 " WHERE origin_node_id = ? AND event_id IN (SELECT value FROM json_each(?))",
-                 (attempt, error_class, claim.partition.origin_node_id, _id_list(event_ids))),
-                ("UPDATE apply_partition SET not_before = ?, attempts = ?,"
-                 " next_sequence = COALESCE(?, next_sequence), current_job_id = NULL,"
-                 " lease_owner = NULL, lease_expires_at = NULL WHERE"
-                 " origin_node_id = ? AND source_topic = ? AND source_partition = ?"
-                 " AND replay_epoch = ?",
-                 (moment_text(not_before), attempt, resume_sequence,
-                  *claim.partition.params()))]
-
-    @staticmethod
-    def dead_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
-                        reason_code: str, attempt: int,
-                        resume_sequence: int | None) -> list[Statement]:
-        """Retries exhausted: the events wait for an operator; their partition holds."""
-        return [("UPDATE inbox_event SET state = 'DEAD', attempts = ?, job_id = ?,"
-                 " error_class = ?, reason_code = ?"
-                 " WHERE origin_node_id = ? AND event_id IN (SELECT value FROM json_each(?))",
-                 (attempt, str(claim.job_id), error_class, reason_code,
-                  claim.partition.origin_node_id, _id_list(event_ids))),
-                *SQLiteWorkQueue.unlease_statements(claim, attempts=attempt,
-                                                    next_sequence=resume_sequence)]
-
-    @staticmethod
-    def unlease_statements(claim: Claim, *, attempts: int = 0,
-                           next_sequence: int | None = None) -> list[Statement]:
-        return [(
-            "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
-            " current_job_id = NULL, not_before = NULL, attempts = ?,"
-            " next_sequence = COALESCE(?, next_sequence),"
-            " gap_at_sequence = NULL, gap_detected_at = NULL WHERE"
-            " origin_node_id = ? AND source_topic = ? AND source_partition = ?"
-            " AND replay_epoch = ?",
-            (attempts, next_sequence, *claim.partition.params()),
-        )]
-
-    @staticmethod
-    def gap_statements(claim: Claim, missing_sequence: int, now: dt.datetime,
-                       recheck_at: dt.datetime) -> list[Statement]:
-        """Record a sequence gap and look again at `recheck_at` (the ship retransmits)."""
-        return [(
-            "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
-            " current_job_id = NULL, attempts = 0, next_sequence = ?, gap_at_sequence = ?,"
-            " gap_detected_at = COALESCE(gap_detected_at, ?), not_before = ? WHERE"
-            " origin_node_id = ? AND source_topic = ? AND source_partition = ?"
-            " AND replay_epoch = ?",
-            (missing_sequence, missing_sequence, moment_text(now), moment_text(recheck_at),
-             *claim.partition.params()),
-        )]
-
-    @staticmethod
-    def open_conflict_statements(rule_id: str, key_digest: str,
-                                 conflict_id: uuid.UUID) -> list[Statement]:
-        return [("INSERT INTO active_conflict (rule_id, key_digest, conflict_id)"
-                 " VALUES (?, ?, ?)", (rule_id, key_digest, str(conflict_id)))]
-
-    @staticmethod
-    def replay_statements(items: Sequence[ReplayItem]) -> list[Statement]:
-        statements: list[Statement] = []
-        for origin, event_id, _ in items:
-            statements.append((
-                "UPDATE inbox_event SET state = 'PENDING', job_id = NULL, attempts = 0,"
-                " result = NULL, reason_code = NULL, terminal_at = NULL"
-                " WHERE origin_node_id = ? AND event_id = ?", (origin, str(event_id))))
-        for partition in {p for _, _, p in items}:
-            statements.append((
-                "UPDATE apply_partition SET not_before = NULL, attempts = 0"
-                " WHERE origin_node_id = ? AND source_topic = ? AND source_partition = ?"
-                " AND replay_epoch = ?", partition))
-        return statements
-
-    def run(self, statements: Sequence[Statement]) -> None:
-        """Run index updates that have no job events to ride with, in one transaction."""
-        with self.connections.transaction() as conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-    def active_conflict_id(self, rule_id: str, key_digest: str) -> uuid.UUID | None:
-        with self.connections.connection() as conn:
-            row = conn.execute(
-                "SELECT conflict_id FROM active_conflict WHERE rule_id = ? AND key_digest = ?",
-                (rule_id, key_digest)).fetchone()
-        return None if row is None else uuid.UUID(row[0])
-
-    def active_conflict(self, rule_id: str, key_digest: str,
-                        candidate: uuid.UUID) -> tuple[uuid.UUID, bool]:
-        """The active conflict of rule + key: the existing one, or `candidate` newly opened."""
-        with self.connections.transaction() as conn:
-            row = conn.execute(
-                "SELECT conflict_id FROM active_conflict WHERE rule_id = ? AND key_digest = ?",
-                (rule_id, key_digest)).fetchone()
-            if row is not None:
-                return uuid.UUID(row[0]), False
-            for sql, params in self.open_conflict_statements(rule_id, key_digest, candidate):
-                conn.execute(sql, params)
-        return candidate, True
-
-    def decided_conflict_id(self, rule_id: str, key_digest: str,
-                            revision: Revision) -> uuid.UUID | None:
-        with self.connections.connection() as conn:
-            row = conn.execute(
-                "SELECT conflict_id FROM decided_revision WHERE rule_id = ?"
-                " AND key_digest = ? AND revision = ?",
-                (rule_id, key_digest, revision.text)).fetchone()
-        return None if row is None else uuid.UUID(row[0])
-
-    # -------------------------------------------------------------------- operators
-
-    def open_event_counts(self, node: str | None = None) -> list[OpenEventCount]:
-        with self.connections.connection() as conn:
-            rows = conn.execute(
-                "SELECT origin_node_id, state, result, error_class, reason_code, count(*)"
-                " FROM inbox_event WHERE (state <> 'TERMINAL' OR result <> 'APPLIED')"
-                " AND (:node IS NULL OR origin_node_id = :node)"
-                " GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5",
-                {"node": node},
-            ).fetchall()
-        return [(row[0], row[1], row[2], row[3], row[4], int(row[5])) for row in rows]
-
-    def replayable(self, error_class: str, node: str | None = None
-                   ) -> dict[uuid.UUID, list[ReplayItem]]:
-        with self.connections.connection() as conn:
-            rows = conn.execute(
-                "SELECT job_id, origin_node_id, event_id, source_topic, source_partition,"
-                " replay_epoch FROM inbox_event"
-                " WHERE error_class = :class AND job_id IS NOT NULL"
-                " AND (state = 'DEAD' OR (state = 'TERMINAL' AND result = 'REJECTED'))"
-                " AND (:node IS NULL OR origin_node_id = :node)",
-                {"class": error_class, "node": node},
-            ).fetchall()
-        return _by_job([(uuid.UUID(job_id), origin, uuid.UUID(event_id), topic, partition,
-                         epoch)
-                        for job_id, origin, event_id, topic, partition, epoch in rows])
 
 
-def _discovery_due(queue: PostgresWorkQueue | SQLiteWorkQueue, now: dt.datetime) -> bool:
+def _discovery_due(queue: PostgresWorkQueue, now: dt.datetime) -> bool:
     """Whether partitions with new pending events are looked for again (at most every 1 s)."""
     last = queue._last_discovery
     if last is None or now - last > dt.timedelta(seconds=1):
@@ -699,31 +445,8 @@ def _by_job(rows: Sequence[Sequence[object]]) -> dict[uuid.UUID, list[ReplayItem
     return by_job
 
 
-def _id_list(event_ids: Sequence[str]) -> str:
-    return json.dumps([uuid_text(event_id) for event_id in event_ids])
 
 
-_SQLITE_DISCOVER_PARTITIONS = (
-    "INSERT INTO apply_partition (origin_node_id, source_topic, source_partition, replay_epoch)"
-    " SELECT DISTINCT origin_node_id, source_topic, source_partition, replay_epoch"
-    " FROM inbox_event WHERE state <> 'TERMINAL' AND state = 'PENDING'"
-    " ON CONFLICT DO NOTHING"
-)
-# The repeated `state <> 'TERMINAL'` lets SQLite use the partial index inbox_event_open.
-_SQLITE_CLAIMABLE_PARTITION = (
-    "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"
-    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id"
-    " FROM apply_partition p"
-    " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < ?1)"
-    " AND (p.not_before IS NULL OR p.not_before <= ?1)"
-    " AND NOT EXISTS (SELECT 1 FROM inbox_event d WHERE d.origin_node_id = p.origin_node_id"
-    "   AND d.source_topic = p.source_topic AND d.source_partition = p.source_partition"
-    "   AND d.replay_epoch = p.replay_epoch AND d.state <> 'TERMINAL' AND d.state = 'DEAD')"
-    " AND EXISTS (SELECT 1 FROM inbox_event i WHERE i.origin_node_id = p.origin_node_id"
-    "   AND i.source_topic = p.source_topic AND i.source_partition = p.source_partition"
-    "   AND i.replay_epoch = p.replay_epoch AND i.state <> 'TERMINAL' AND i.state = 'PENDING')"
-    " ORDER BY p.last_claimed_at NULLS FIRST LIMIT 1"
-)
 
 _CLAIMABLE_PARTITION = (
     "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"

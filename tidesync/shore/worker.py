@@ -3,8 +3,8 @@ projections, in one loop per process, and the shore CDC consumer (downlink) in a
 beside them when `[downlink]` names a broker.
 
 Several processes may run side by side: partitions are leased, projections guarded, and one
-process at a time holds the shore CDC consumer. The event store is PostgreSQL or the embedded
-SQLite file, as configured.
+process at a time holds the shore CDC consumer. The event store is PostgreSQL (embedded or
+the operator's).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import gc
 import logging
 import signal
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -24,9 +23,9 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from tidesync.bootstrap import event_store_env, postgres_conninfo
-from tidesync.config import Config, EventStoreKind
+from tidesync.config import Config
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.migrations import migrate_postgres, migrate_sqlite
+from tidesync.migrations import migrate_postgres
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
 from tidesync.projections.registry import ViewSettings
@@ -34,8 +33,7 @@ from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorde
 from tidesync.shore.arbiter import Arbiter, build_arbiter
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.shore_cdc import ShoreCdcRunner
-from tidesync.shore.work_queue import PostgresWorkQueue, SQLiteWorkQueue, WorkQueue
-from tidesync.sqlite_store import SQLiteConnections
+from tidesync.shore.work_queue import PostgresWorkQueue, WorkQueue
 from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
@@ -137,32 +135,15 @@ def settle_startup_heap() -> None:
 
 
 def open_pool(config: Config) -> ConnectionPool[psycopg.Connection[TupleRow]]:
-    """The PostgreSQL event store's database, its tidesync tables migrated.
-
-    Raises NotImplementedError on the SQLite event store, which keeps the apply path and the
-    receipts view (`open_work_queue`, `open_sqlite`) but not the console's views."""
-    if not config.event_store.is_postgres:
-        raise NotImplementedError(
-            "this needs a PostgreSQL event store (kind = embedded or postgres); the SQLite"
-            " event store keeps the apply path and the receipts and record_head views only")
+    """The PostgreSQL event store's database, its tidesync tables migrated."""
     conninfo = postgres_conninfo(config.event_store)
     migrate_postgres(conninfo)
     return ConnectionPool(conninfo, min_size=1, max_size=config.event_store.postgres_pool_size,
                           open=True)
 
 
-def open_sqlite(config: Config) -> SQLiteConnections:
-    """The SQLite event store file, its tidesync tables migrated."""
-    path = config.event_store.sqlite_path
-    migrate_sqlite(path)
-    return SQLiteConnections(path)
-
-
 def open_work_queue(config: Config) -> WorkQueue:
-    """The apply work tables of the configured event store (PostgreSQL or SQLite); `close()`
-    releases its connections."""
-    if config.event_store.kind is EventStoreKind.SQLITE:
-        return SQLiteWorkQueue(open_sqlite(config))
+    """The apply work tables of the event store; `close()` releases its connections."""
     return PostgresWorkQueue(open_pool(config))
 
 
@@ -173,24 +154,19 @@ def build_worker(config: Config, applier: TargetApplier,
     queue = open_work_queue(config)
     apps = ShoreApps.open(event_store_env(config.event_store))
     processor = ApplyProcessor(apps.apply_jobs, apps.conflicts, queue, applier, clock, settings)
-    if isinstance(queue, SQLiteWorkQueue):
-        worker = ShoreWorker(processor, sqlite_projections(
-            apps, queue.connections, ViewSettings.from_config(config)))
-        close_views: Callable[[], None] = _nothing_to_close
-    else:
-        assert isinstance(queue, PostgresWorkQueue)
-        pool = queue.pool
-        # Every registered view runs here, each with its position tracked (see projections/).
-        catalogue = default_catalogue(ViewSettings.from_config(config))
-        views = catalogue.open_applications(
-            event_store_env(config.event_store),
-            existing={"apply_jobs": apps.apply_jobs, "conflict_cases": apps.conflicts})
-        worker = ShoreWorker(processor, list(catalogue.runners(views, pool)))
-        worker.arbiter, close_arbiter = build_arbiter(config, apps.conflicts, pool, clock)
+    assert isinstance(queue, PostgresWorkQueue)
+    pool = queue.pool
+    # Every registered view runs here, each with its position tracked (see projections/).
+    catalogue = default_catalogue(ViewSettings.from_config(config))
+    views = catalogue.open_applications(
+        event_store_env(config.event_store),
+        existing={"apply_jobs": apps.apply_jobs, "conflict_cases": apps.conflicts})
+    worker = ShoreWorker(processor, list(catalogue.runners(views, pool)))
+    worker.arbiter, close_arbiter = build_arbiter(config, apps.conflicts, pool, clock)
 
-        def close_views() -> None:
-            close_arbiter()
-            views.close()
+    def close_views() -> None:
+        close_arbiter()
+        views.close()
 
     worker.shore_cdc = shore_cdc_runner(config)
 
@@ -206,29 +182,13 @@ def build_worker(config: Config, applier: TargetApplier,
 
 
 def shore_cdc_runner(config: Config) -> ShoreCdcRunner | None:
-    """The shore CDC consumer when `downlink.kafka_bootstrap_servers` is set (PostgreSQL
-    event store only: commands live there)."""
+    """The shore CDC consumer when `downlink.kafka_bootstrap_servers` is set."""
     if not config.downlink.kafka_bootstrap_servers:
-        return None
-    if not config.event_store.is_postgres:
-        log.warning("downlink.kafka_bootstrap_servers is set but the downlink needs"
-                    " a PostgreSQL event store: the shore CDC consumer does not run")
         return None
     from tidesync.shore.shore_cdc import build_shore_cdc
 
     return build_shore_cdc(config)
 
 
-def _nothing_to_close() -> None:
-    pass
 
 
-def sqlite_projections(apps: ShoreApps, connections: SQLiteConnections,
-                       settings: ViewSettings | None = None) -> list[ProjectionRunner]:
-    """The views kept on the SQLite event store: receipts, which ships pull, and record_head.
-    (The console's other views are PostgreSQL-only.)"""
-    from tidesync.projections.sqlite_views import sqlite_runners
-
-    settings = settings or ViewSettings()
-    return list(sqlite_runners({"apply_jobs": apps.apply_jobs}, connections,
-                               batch_size=settings.batch_size))

@@ -1,6 +1,7 @@
-"""One-way uplink end to end on the embedded default, where everything is SQLite: signed uploads
-over HTTP into the shore's SQLite event store, `tidesync shore work` applying them to a SQLite
-business database, receipts pulled back over HTTP by cursor. Needs no external service.
+"""One-way uplink end to end on the embedded default: signed uploads over HTTP into the shore's
+embedded PostgreSQL event store (a private server in the data directory), `tidesync shore work`
+applying them to a SQLite business database, receipts pulled back over HTTP by cursor. Needs no
+external service.
 
 Duplicates, a replayed request and a forged origin are thrown in; at the end the ledger, the
 rows and the receipts agree that every event was applied exactly once. The worker also runs as
@@ -17,44 +18,77 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+from psycopg_pool import ConnectionPool
+
 from tests.e2e.test_uplink import pull_all_receipts
-from tests.integration.shore_support import ShipLog
-from tests.integration.sqlite_support import (
+from tests.integration.shore_support import ShipLog, inbox_states, pg_rows, receive
+from tests.integration.sqlite_target import (
     SQLITE_ITEMS_DDL,
     make_sqlite_target,
-    sqlite_shore,
     target_items,
     target_ledger,
 )
 from tests.integration.sync_client import SyncClient
 from tests.integration.test_ingress import (
     ACTOR,
+    MASTER_KEY,
     FakeClock,
     batch_body,
     node_service,
     running,
     statuses,
 )
-from tests.integration.test_ingress_sqlite import sqlite_config
-from tidesync.bootstrap import build_target_applier
-from tidesync.config import TargetConfig
+from tidesync.bootstrap import build_target_applier, postgres_conninfo
+from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig, TargetConfig
+from tidesync.domain.change_event import ChangeEvent
+from tidesync.embedded_store import stop_server
+from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ProcessorSettings
 from tidesync.shore.worker import build_worker
 from tidesync.target.sqlite import SQLiteTargetApplier
 from tidesync.wire import sync_pb2 as pb
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.services
 
 
-def test_uplink_applies_every_event_exactly_once_on_sqlite(tmp_path: Path) -> None:
+def embedded_config(data_dir: Path) -> Config:
+    return Config(
+        shore=ShoreConfig(master_key=MASTER_KEY, database_pool_size=4,
+                          database_timeout_seconds=2, node_requests_per_second=1000,
+                          node_request_burst=1000),
+        event_store=EventStoreConfig(kind=EventStoreKind.EMBEDDED, embedded_dir=str(data_dir)))
+
+
+@contextlib.contextmanager
+def embedded_shore(data_dir: Path) -> Iterator[ConnectionPool]:
+    """The embedded event store's database (migrated), stopped when the test is done."""
+    conninfo = postgres_conninfo(embedded_config(data_dir).event_store)
+    migrate_postgres(conninfo)
+    pool = ConnectionPool(conninfo, min_size=1, max_size=2, open=True)
+    try:
+        yield pool
+    finally:
+        pool.close()
+        stop_server(data_dir)
+
+
+def test_uplink_applies_every_event_exactly_once_on_the_embedded_default(tmp_path: Path) -> None:
     business = make_sqlite_target(tmp_path / "business.sqlite", "shore")
     clock = FakeClock()
     config = dataclasses.replace(
-        sqlite_config(tmp_path / "shore-events.sqlite"),
+        embedded_config(tmp_path / "pg"),
         target=TargetConfig(node_id="shore", sqlite_path=str(business)))
+    with embedded_shore(tmp_path / "pg"):
+        uplink_end_to_end(config, clock, business)
+
+
+def uplink_end_to_end(config: Config, clock: FakeClock, business: Path) -> None:
     node_id = f"e2e-{secrets.token_hex(4)}"
     with node_service(config) as service:
         secret = service.register(node_id, ACTOR, clock()).secret
@@ -104,12 +138,12 @@ def test_uplink_applies_every_event_exactly_once_on_sqlite(tmp_path: Path) -> No
     assert all(r[3] == ship.rows[k][1].text for k, r in rows.items())
 
 
-def worker_env(events_file: Path, business: Path, **extra: str) -> dict[str, str]:
+def worker_env(data_dir: Path, business: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("TIDESYNC_")}
     env.update({
-        "TIDESYNC_EVENT_STORE__KIND": "sqlite",
-        "TIDESYNC_EVENT_STORE__SQLITE_PATH": str(events_file),
+        "TIDESYNC_EVENT_STORE__KIND": "embedded",
+        "TIDESYNC_EVENT_STORE__EMBEDDED_DIR": str(data_dir),
         "TIDESYNC_TARGET__SQLITE_PATH": str(business),
         "TIDESYNC_TARGET__NODE_ID": "shore",
         "TIDESYNC_SHORE__APPLY_LEASE_SECONDS": "1",
@@ -124,10 +158,10 @@ def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
                           capture_output=True, text=True, timeout=120)
 
 
-def test_shore_work_on_sqlite_recovers_from_sigkill_after_the_target_commit(
+def test_shore_work_on_the_embedded_default_recovers_from_sigkill_after_the_target_commit(
         tmp_path: Path) -> None:
     business = tmp_path / "business.sqlite"
-    events_file = tmp_path / "shore-events.sqlite"
+    events_file = tmp_path / "pg"
     with contextlib.closing(sqlite3.connect(business)) as conn:
         conn.execute(SQLITE_ITEMS_DDL)
     enabled = run_cli(worker_env(events_file, business), "target", "enable", "items")
@@ -135,17 +169,20 @@ def test_shore_work_on_sqlite_recovers_from_sigkill_after_the_target_commit(
     ship = ShipLog("ship-crash", "shipdb")
     events = [ship.insert(k, f"n{k}", k, "1.00") for k in range(1, 121)]
     events += [ship.update(k, qty=k * 10) for k in range(1, 61)]
-    with sqlite_shore(events_file) as shore:
-        shore.receive(ship.node_id, events)
+    with embedded_shore(events_file) as pool:
+        receive(pool, ship.node_id, events)
+        sigkill_and_recover(pool, events_file, business, ship, events)
 
+
+def sigkill_and_recover(pool: ConnectionPool, events_file: Path, business: Path, ship: ShipLog,
+                        events: list[ChangeEvent]) -> None:
     killed = run_cli(worker_env(events_file, business,
                                 TIDESYNC_FAILPOINTS="after_target_commit=kill"),
                      "shore", "work", "--once", "--worker-id", "w-1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert len(target_ledger(business)) == 50  # the first job reached the target ...
-    with sqlite_shore(events_file) as shore:
-        states = shore.inbox_states(ship.node_id)
-        assert all(state != "TERMINAL" for state, _ in states.values())  # ... not the store
+    states = inbox_states(pool, ship.node_id)
+    assert all(state != "TERMINAL" for state, _ in states.values())  # ... not the store
 
     listed = run_cli(worker_env(events_file, business), "jobs", "list")
     assert listed.returncode == 0, listed.stderr
@@ -161,13 +198,12 @@ def test_shore_work_on_sqlite_recovers_from_sigkill_after_the_target_commit(
     rows = target_items(business)
     assert [(k, r[1]) for k, r in sorted(rows.items())] == [
         (k, k * 10 if k <= 60 else k) for k in range(1, 121)]
-    with sqlite_shore(events_file) as shore:
-        assert set(shore.inbox_states(ship.node_id).values()) == {("TERMINAL", "APPLIED")}
-        assert shore.rows("SELECT count(DISTINCT event_id), count(*) FROM receipt"
-                          " WHERE origin_node_id = ?", (ship.node_id,)) == [
-            (len(events), len(events))]
-        taken_over = shore.rows("SELECT count(*) FROM apply_jobs_events WHERE topic LIKE ?",
-                                ("%ApplyJob.TakenOver",))
-        assert taken_over[0][0] >= 1
+    assert set(inbox_states(pool, ship.node_id).values()) == {("TERMINAL", "APPLIED")}
+    assert pg_rows(pool, "SELECT count(DISTINCT event_id), count(*) FROM receipt"
+                         " WHERE origin_node_id = %s", (ship.node_id,)) == [
+        (len(events), len(events))]
+    taken_over = pg_rows(pool, "SELECT count(*) FROM apply_jobs_events WHERE topic LIKE %s",
+                         ("%ApplyJob.TakenOver",))
+    assert taken_over[0][0] >= 1
     listed = run_cli(worker_env(events_file, business), "jobs", "list")
     assert listed.stdout.strip() == "every received event is applied"
