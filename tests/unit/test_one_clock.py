@@ -41,6 +41,6 @@ def test_the_wall_clock_is_read_only_through_utc_now() -> None:
 def test_active_conflict_due_times_never_come_from_the_database_clock() -> None:
     """The arbiter compares due_at with its injected clock: nothing may write now() there."""
     writes = re.compile(r"due_at\s*=\s*(now|current_timestamp)\b", re.IGNORECASE)
-    sources = [*_modules(), *(PACKAGE.parent / "migrations").rglob("*.sql")]
+    sources = [*_modules(), *(PACKAGE / "migrations").rglob("*.sql")]
     found = [str(path) for path in sources if writes.search(path.read_text(encoding="utf-8"))]
     assert found == []

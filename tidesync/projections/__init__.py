@@ -1,7 +1,8 @@
 """Read models built from the shore event streams, the projection engine and rebuilds.
 
-Views (PostgreSQL tables, created by migrations/postgres/0020_views.sql): receipts, record_head,
-conflict_center, node_overview, backlog (+ backlog_event, backlog_job), audit (audit_event).
+Views (PostgreSQL tables, created by tidesync/migrations/postgres/0020_views.sql): receipts,
+record_head, conflict_center, node_overview, backlog (+ backlog_event, backlog_job), audit
+(audit_event).
 `shore work` keeps every registered view current; each batch of notifications is written with
 its position in projection_tracking in one transaction. Batch size and refresh
 interval come from `[projections]`, the conflict SLA from `conflicts.manual_sla_hours`

@@ -25,7 +25,7 @@ from tidesync.cdc.platform_writes import platform_event_id
 from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
 from tidesync.domain.clock import Clock, utc_now
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations" / "ship"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 RECORD_ID_NAMESPACE = uuid.UUID("2f6c1a8e-7d4b-5e93-b1c0-4a8e6d2f9b17")
 RECEIPTS_CURSOR = "receipts"
@@ -313,7 +313,7 @@ class Migration:
 
 
 def ship_migrations(root: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """`migrations/ship/NNNN_name.sql`, in version order."""
+    """`tidesync/migrations/ship/NNNN_name.sql`, in version order."""
     found: dict[int, Migration] = {}
     for path in sorted(root.glob("*.sql")):
         match = _MIGRATION_NAME.match(path.name)

@@ -1,8 +1,9 @@
 """Versioned schema migrations for tidesync's own tables in the shore's PostgreSQL database
 (inbox, work queue, views, downlink).
 
-Files `migrations/postgres/NNNN_name.sql` apply once each, in order, recorded in
-`tidesync_schema_migrations`. Concurrent starters never race: they hold an advisory lock.
+Files `tidesync/migrations/postgres/NNNN_name.sql` (package data) apply once each, in order,
+recorded in `tidesync_schema_migrations`. Concurrent starters never race: they hold an
+advisory lock.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-MIGRATIONS_ROOT = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_ROOT = Path(__file__).resolve().parent  # package data: postgres/, ship/
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _LOCK_KEY = 0x7469646573796E63  # "tidesync"
 
