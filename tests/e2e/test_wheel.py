@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -26,8 +27,15 @@ def run(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complete
 
 
 def test_the_installed_wheel_runs_the_demo(tmp_path: Path) -> None:
+    # Built from a copy of what the distribution is made of: setuptools builds in the source
+    # tree and would otherwise leave (and later pack) stale files there.
+    source = tmp_path / "src"
+    shutil.copytree(REPOSITORY / "tidesync", source / "tidesync",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPOSITORY / name, source / name)
     built = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-                 str(tmp_path / "dist"), str(REPOSITORY)], cwd=tmp_path)
+                 str(tmp_path / "dist"), str(source)], cwd=tmp_path)
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("tidesync-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
