@@ -13,6 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
+from tidesync.capture.envelope_writer import (
+    ColumnDefinition,
+    DebeziumEnvelopeWriter,
+    DebeziumRecord,
+    EnvelopeOp,
+    SourceInfo,
+    TableDefinition,
+)
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -23,14 +31,6 @@ from tidesync.domain.change_event import (
     tombstone_revision,
 )
 from tidesync.domain.values import JsonText, Value
-from tidesync.ship.envelope_writer import (
-    ColumnDefinition,
-    DebeziumEnvelopeWriter,
-    DebeziumRecord,
-    EnvelopeOp,
-    SourceInfo,
-    TableDefinition,
-)
 
 NODE_ID = "ship-0042"
 CONNECTOR_ID = "ship-0042-mysql"

@@ -16,9 +16,8 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks.harness import Report, best_of, timed
-from tidesync.config import CaptureStart
-from tidesync.localservices import MariaDBInstance, TansuBroker
-from tidesync.ship.capture import (
+from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.capture.runner import (
     BinlogSettings,
     CapturePosition,
     Checkpointer,
@@ -26,7 +25,8 @@ from tidesync.ship.capture import (
     MySQLBinlogCapture,
     SQLitePositionStore,
 )
-from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.config import CaptureStart
+from tidesync.localservices import MariaDBInstance, TansuBroker
 from tidesync.target.schema import enable_mysql_table
 
 FULL_ROWS = 20_000

@@ -25,15 +25,15 @@ from confluent_kafka import Producer
 
 from benchmarks import baselines
 from benchmarks.harness import Report, timed
-from tidesync.config import ShipConfig
-from tidesync.localservices import TansuBroker
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
     EnvelopeOp,
     SourceInfo,
     TableDefinition,
 )
+from tidesync.config import ShipConfig
+from tidesync.localservices import TansuBroker
 
 FULL = {"throughput_records": 100_000, "backlog_records": 1_000_000, "rss_seconds": 120.0}
 QUICK = {"throughput_records": 20_000, "backlog_records": 100_000, "rss_seconds": 20.0}

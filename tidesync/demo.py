@@ -158,7 +158,7 @@ def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
 def prepare_databases(paths: DemoPaths) -> None:
     """Both business databases get the tables, enabled for sync, then for capture (after the
     sync triggers: the capture triggers must be the newer ones)."""
-    from tidesync.ship.capture_sqlite import enable_sqlite_capture
+    from tidesync.capture.sqlite import enable_sqlite_capture
     from tidesync.target.schema import enable_sqlite_table
 
     for path, node_id, capture in ((paths.ship_business, SHIP_NODE_ID, True),
@@ -366,17 +366,17 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str,
          stack: contextlib.ExitStack, out: Callable[[str], None]) -> int:
     from tidesync.bootstrap import build_target_applier, postgres_conninfo
-    from tidesync.localservices import TansuBroker
-    from tidesync.ship.capture import (
+    from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
+    from tidesync.capture.runner import (
         CaptureStats,
         Checkpointer,
         KafkaEnvelopePublisher,
         SQLitePositionStore,
         topic_prefix,
     )
-    from tidesync.ship.capture_sqlite import SQLiteChangelogCapture
+    from tidesync.capture.sqlite import SQLiteChangelogCapture
+    from tidesync.localservices import TansuBroker
     from tidesync.ship.client import build_client
-    from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
     from tidesync.shore.processor import ProcessorSettings
     from tidesync.shore.server import BackgroundServer, create_app
     from tidesync.shore.worker import build_worker

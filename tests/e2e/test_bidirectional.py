@@ -28,10 +28,10 @@ from tests.e2e.test_ship_to_shore import REPOSITORY, wait_until
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env
+from tidesync.capture.runner import run_capture
 from tidesync.config import CaptureConfig, CaptureSource, Config, ShipConfig
 from tidesync.ingress.nodes import secret_text
 from tidesync.migrations import migrate_postgres
-from tidesync.ship.capture import run_capture
 from tidesync.ship.state import SQLiteShipState
 from tidesync.shore.worker import ShoreApps
 from tidesync.target.schema import enable_mysql_table

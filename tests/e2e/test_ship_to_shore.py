@@ -31,10 +31,10 @@ from tests.integration.capture_support import read_records
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env
+from tidesync.capture.runner import SQLitePositionStore, run_capture
 from tidesync.config import CaptureConfig, CaptureSource, Config, ShipConfig
 from tidesync.ingress.nodes import secret_text
 from tidesync.migrations import migrate_postgres
-from tidesync.ship.capture import SQLitePositionStore, run_capture
 from tidesync.ship.state import SQLiteShipState
 from tidesync.target.schema import enable_mysql_table
 

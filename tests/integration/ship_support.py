@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from confluent_kafka import Producer
 
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
     DebeziumRecord,

@@ -31,19 +31,19 @@ from tests.integration.capture_support import (
     read_records,
     settings_for,
 )
-from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.config import CaptureStart
-from tidesync.domain.change_event import Operation, Revision
-from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.ship.capture import (
+from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.capture.errors import CaptureError, CaptureErrorReason
+from tidesync.capture.runner import (
     BinlogSettings,
     Checkpointer,
     KafkaEnvelopePublisher,
     MySQLBinlogCapture,
     SQLitePositionStore,
 )
-from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.config import CaptureStart
+from tidesync.domain.change_event import Operation, Revision
+from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
@@ -445,7 +445,7 @@ def test_the_long_running_command_follows_new_changes_and_stops_cleanly(
 
 def test_a_killed_binlog_connection_resumes_from_the_saved_position(
         ship_mariadb, kafka_broker, ship_database, tmp_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="tidesync.ship.capture")
+    caplog.set_level(logging.WARNING, logger="tidesync.capture.runner")
     ship, database = ship_database
     name = f"sync.cdc.t{secrets.token_hex(4)}"
     bootstrap = kafka_broker.bootstrap_servers

@@ -28,16 +28,16 @@ from tests.integration.capture_support import (
     settings_for,
 )
 from tests.integration.test_capture_mariadb import assert_same_changes
-from tidesync.domain.change_event import Operation, Revision
-from tidesync.domain.values import JsonText, Value
-from tidesync.ship.capture import Checkpointer, KafkaEnvelopePublisher, SQLitePositionStore
-from tidesync.ship.capture_errors import CaptureError
-from tidesync.ship.capture_sqlite import (
+from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.capture.errors import CaptureError
+from tidesync.capture.runner import Checkpointer, KafkaEnvelopePublisher, SQLitePositionStore
+from tidesync.capture.sqlite import (
     CHANGELOG_TABLE,
     SQLiteChangelogCapture,
     enable_sqlite_capture,
 )
-from tidesync.ship.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.domain.change_event import Operation, Revision
+from tidesync.domain.values import JsonText, Value
 from tidesync.target.schema import enable_sqlite_table
 
 pytestmark = pytest.mark.services

@@ -15,29 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.clocks import rounded_now
-from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
-from tidesync.cli import main
-from tidesync.config import ConfigError, load_config
-from tidesync.domain.values import BitString, JsonText
-from tidesync.ship.capture import (
-    CapturePosition,
-    Checkpointer,
-    JsonConverter,
-    RowChange,
-    SQLitePositionStore,
-    change_records,
-)
-from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.capture_sqlite import (
-    CHANGELOG_TABLE,
-    enable_sqlite_capture,
-    fold_stamping_updates,
-    read_changelog,
-    sqlite_column,
-    sqlite_value,
-)
-from tidesync.ship.capture_tables import binlog_converter, mysql_column, shortest_float32
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
     DebeziumRecord,
@@ -45,6 +23,28 @@ from tidesync.ship.envelope_writer import (
     SourceInfo,
     TableDefinition,
 )
+from tidesync.capture.errors import CaptureError, CaptureErrorReason
+from tidesync.capture.runner import (
+    CapturePosition,
+    Checkpointer,
+    JsonConverter,
+    RowChange,
+    SQLitePositionStore,
+    change_records,
+)
+from tidesync.capture.sqlite import (
+    CHANGELOG_TABLE,
+    enable_sqlite_capture,
+    fold_stamping_updates,
+    read_changelog,
+    sqlite_column,
+    sqlite_value,
+)
+from tidesync.capture.tables import binlog_converter, mysql_column, shortest_float32
+from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
+from tidesync.cli import main
+from tidesync.config import ConfigError, load_config
+from tidesync.domain.values import BitString, JsonText
 from tidesync.target.schema import enable_sqlite_table
 
 UTC = dt.UTC
@@ -344,7 +344,7 @@ WEIGHT = binlog_column("weight", 246, precision=6, decimals=3)
 
 
 def test_binlog_columns_are_checked_against_the_definition() -> None:
-    from tidesync.ship.capture_tables import binlog_type_matches
+    from tidesync.capture.tables import binlog_type_matches
 
     assert binlog_type_matches(ORDERS.columns[0], ID)
     assert not binlog_type_matches(ORDERS.columns[0], binlog_column("id", 8))  # signed
@@ -360,7 +360,7 @@ def test_binlog_columns_are_checked_against_the_definition() -> None:
 
 
 def test_rows_from_before_a_column_was_added_map_by_name_and_others_stop() -> None:
-    from tidesync.ship.capture_tables import definition_for_binlog
+    from tidesync.capture.tables import definition_for_binlog
 
     assert definition_for_binlog(ORDERS, [ID, NOTE, WEIGHT]) is ORDERS
     older = definition_for_binlog(ORDERS, [ID, NOTE])

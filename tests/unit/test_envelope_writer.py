@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from tidesync.domain.values import BitString, JsonText
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
     EnvelopeOp,
@@ -22,6 +21,7 @@ from tidesync.ship.envelope_writer import (
     column_schema,
     connect_value,
 )
+from tidesync.domain.values import BitString, JsonText
 
 CUSTOMERS = TableDefinition(
     "inventory", "customers",
@@ -191,18 +191,18 @@ def test_wide_decimals_keep_every_digit_through_the_normalizer():
     """DECIMAL(65,30) values exceed Decimal's default 28-digit context; none may be rounded."""
     import json as _json
 
-    from tidesync.cdc.debezium import (
-        DebeziumNormalizer,
-        KafkaRecord,
-        Normalized,
-        NormalizerSettings,
-    )
-    from tidesync.ship.envelope_writer import (
+    from tidesync.capture.envelope_writer import (
         ColumnDefinition,
         DebeziumEnvelopeWriter,
         EnvelopeOp,
         SourceInfo,
         TableDefinition,
+    )
+    from tidesync.cdc.debezium import (
+        DebeziumNormalizer,
+        KafkaRecord,
+        Normalized,
+        NormalizerSettings,
     )
 
     table = TableDefinition("fleet", "ledger", (

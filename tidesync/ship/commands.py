@@ -9,7 +9,7 @@ import argparse
 import importlib
 
 SHIP_COMMAND_HOOKS = (
-    "tidesync.ship.capture_commands:add_capture_command",
+    "tidesync.capture.commands:add_capture_command",
     "tidesync.ship.client_commands:add_client_commands",
     "tidesync.ship.blocked_commands:add_blocked_commands",
 )

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from tidesync.capture.envelope_writer import ColumnDefinition, TableDefinition, column_schema
+from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.envelope_writer import ColumnDefinition, TableDefinition, column_schema
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)

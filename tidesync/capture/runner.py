@@ -36,25 +36,25 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin hides it from mypy
 
 from tidesync import failpoints
-from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
-from tidesync.config import CaptureSource, CaptureStart, Config
-from tidesync.domain.backoff import Backoff
-from tidesync.domain.clock import Clock, utc_now
-from tidesync.domain.values import Row, Value
-from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.capture_tables import (
-    BinlogRowDecoder,
-    binlog_type_matches,
-    definition_for_binlog,
-    load_mysql_table,
-)
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     DebeziumEnvelopeWriter,
     DebeziumRecord,
     EnvelopeOp,
     SourceInfo,
     TableDefinition,
 )
+from tidesync.capture.errors import CaptureError, CaptureErrorReason
+from tidesync.capture.tables import (
+    BinlogRowDecoder,
+    binlog_type_matches,
+    definition_for_binlog,
+    load_mysql_table,
+)
+from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
+from tidesync.config import CaptureSource, CaptureStart, Config
+from tidesync.domain.backoff import Backoff
+from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.values import Row, Value
 
 logger = logging.getLogger(__name__)
 
@@ -915,7 +915,7 @@ def run_capture(config: Config, *, until_caught_up: bool = False,
         if capture.source is CaptureSource.MYSQL:
             binlog = MySQLBinlogCapture(binlog_settings(config), writer, checkpointer)
             return binlog.run(until_caught_up=until_caught_up, stop=stop)
-        from tidesync.ship.capture_sqlite import SQLiteChangelogCapture
+        from tidesync.capture.sqlite import SQLiteChangelogCapture
 
         changelog = SQLiteChangelogCapture(
             capture.sqlite_path, writer, checkpointer,

@@ -30,10 +30,7 @@ from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from pathlib import Path
 from typing import Any
 
-from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.ship.capture import CapturePosition, CaptureStats, Checkpointer, RowChange
-from tidesync.ship.capture_errors import CaptureError, CaptureErrorReason
-from tidesync.ship.envelope_writer import (
+from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
     EnvelopeOp,
@@ -41,6 +38,9 @@ from tidesync.ship.envelope_writer import (
     TableDefinition,
     column_schema,
 )
+from tidesync.capture.errors import CaptureError, CaptureErrorReason
+from tidesync.capture.runner import CapturePosition, CaptureStats, Checkpointer, RowChange
+from tidesync.domain.values import BitString, JsonText, Value
 
 logger = logging.getLogger(__name__)
 

@@ -58,8 +58,8 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from tidesync.ship.capture import run_capture
-    from tidesync.ship.capture_errors import CaptureError
+    from tidesync.capture.errors import CaptureError
+    from tidesync.capture.runner import run_capture
 
     config = _load(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -82,8 +82,8 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 
 def _run_enable(args: argparse.Namespace) -> int:
-    from tidesync.ship.capture_errors import CaptureError
-    from tidesync.ship.capture_sqlite import enable_sqlite_capture
+    from tidesync.capture.errors import CaptureError
+    from tidesync.capture.sqlite import enable_sqlite_capture
 
     path = args.sqlite or _load(args).capture.sqlite_path
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
@@ -99,8 +99,8 @@ def _run_enable(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from tidesync.ship.capture import SQLitePositionStore, topic_prefix
-    from tidesync.ship.capture_errors import CaptureError
+    from tidesync.capture.errors import CaptureError
+    from tidesync.capture.runner import SQLitePositionStore, topic_prefix
 
     config = _load(args)
     try:
