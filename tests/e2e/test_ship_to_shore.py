@@ -33,10 +33,10 @@ from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env
 from tidesync.capture.runner import SQLitePositionStore, run_capture
 from tidesync.config import CaptureConfig, CaptureSource, Config, ShipConfig
-from tidesync.ingress.nodes import secret_text
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.state import SQLiteShipState
 from tidesync.target.schema import enable_mysql_table
+from tidesync.wire.signing import secret_text
 
 pytestmark = pytest.mark.services
 

@@ -12,7 +12,7 @@ import pytest
 
 from tidesync.cli import main
 from tidesync.embedded_store import stop_server
-from tidesync.ingress.nodes import secret_from_text
+from tidesync.wire.signing import secret_from_text
 
 pytestmark = pytest.mark.services
 

@@ -27,7 +27,6 @@ from tests.integration.ship_support import ItemsCapture, RunningShore, produce
 from tests.integration.shore_support import ITEMS_DDL, ledger_ids
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tidesync.config import ShipConfig, TargetConfig
-from tidesync.ingress.nodes import secret_text
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.client import ExitCode, build_client
 from tidesync.ship.client_commands import status_report
@@ -37,6 +36,7 @@ from tidesync.shore.processor import ProcessorSettings
 from tidesync.shore.worker import build_worker
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.schema import enable_mysql_table
+from tidesync.wire.signing import secret_text
 
 pytestmark = pytest.mark.services
 

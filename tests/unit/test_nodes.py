@@ -33,8 +33,8 @@ from tidesync.ingress.nodes import (
     NodeNotFound,
     NodesApplication,
     NodeService,
-    secret_from_text,
 )
+from tidesync.wire.signing import secret_from_text
 
 NOW = rounded_now()
 ACTOR = Actor("alice", "commissioning", "trace-1")

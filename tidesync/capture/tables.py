@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -17,11 +16,11 @@ from typing import Any
 from tidesync.capture.envelope_writer import ColumnDefinition, TableDefinition, column_schema
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.domain.values import BitString, JsonText, Value
+from tidesync.target.schema import mariadb_json_columns
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _DAY = dt.timedelta(days=1)
-_JSON_CHECK = re.compile(r"\s*json_valid\(`((?:[^`]|``)+)`\)\s*")
 
 # pymysqlreplication reports why a value came out as None; these two mean "not NULL".
 _EMPTY_SET = "empty set"
@@ -48,7 +47,7 @@ def load_mysql_table(cursor: Any, database: str, table: str) -> TableDefinition 
             for name, kind, data_type, nullable in cursor.fetchall()]
     if not rows:
         return None
-    json_columns = (_mariadb_json_columns(cursor, database, table)
+    json_columns = (mariadb_json_columns(cursor, database, table)
                     if any(data_type == "longtext" for _, _, data_type, _ in rows) else set())
     columns = tuple(
         mysql_column(database, table, name, "json" if name in json_columns else kind, nullable)
@@ -80,21 +79,6 @@ def mysql_column(database: str, table: str, name: str, column_type: str,
     return column
 
 
-def _mariadb_json_columns(cursor: Any, database: str, table: str) -> set[str]:
-    # MariaDB's JSON is LONGTEXT with a json_valid() check; MySQL has a real JSON type and no
-    # TABLE_NAME in CHECK_CONSTRAINTS.
-    if "mariadb" not in str(cursor.connection.get_server_info()).lower():
-        return set()
-    cursor.execute(
-        "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS"
-        " WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s", (database, table),
-    )
-    found: set[str] = set()
-    for (clause,) in cursor.fetchall():
-        match = _JSON_CHECK.fullmatch(str(clause))
-        if match:
-            found.add(match.group(1).replace("``", "`"))
-    return found
 
 
 # --- the binlog's own column description ---------------------------------------------------

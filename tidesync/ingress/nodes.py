@@ -4,8 +4,6 @@ that request authentication reads (cached a few seconds so a revoke takes effect
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import os
 import threading
@@ -27,8 +25,8 @@ from tidesync.domain.node import (
     node_uuid,
 )
 from tidesync.ingress.master_key import MasterKeyError, SecretBox
+from tidesync.wire.signing import SECRET_BYTES, secret_text
 
-SECRET_BYTES = 32
 RandomBytes = Callable[[int], bytes]
 
 
@@ -70,22 +68,8 @@ class NodesApplication(Application[uuid.UUID]):
         return [self.repository.get(aggregate_id).node_id for aggregate_id in ids]
 
 
-# ----------------------------------------------------------------------------- secrets text
 
 
-def secret_text(secret: bytes) -> str:
-    """How a signing secret is shown and configured: unpadded base64url."""
-    return base64.urlsafe_b64encode(secret).rstrip(b"=").decode("ascii")
-
-
-def secret_from_text(text: str) -> bytes:
-    try:
-        secret = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as error:
-        raise ValueError("a node secret is base64url text") from error
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"a node secret holds {SECRET_BYTES} bytes")
-    return secret
 
 
 # ----------------------------------------------------------------------------- commands

@@ -263,7 +263,7 @@ def inspect_mysql_table(cursor: Any, database: str, table: str) -> TableState:
         return state
     state.columns = {str(name): str(kind) for name, kind, _ in rows}
     if any(str(data_type).lower() == "longtext" for _, _, data_type in rows):
-        state.json_columns = _mariadb_json_columns(cursor, database, table)
+        state.json_columns = mariadb_json_columns(cursor, database, table)
     cursor.execute(
         "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s"
         " AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
@@ -284,7 +284,11 @@ def inspect_mysql_table(cursor: Any, database: str, table: str) -> TableState:
     return state
 
 
-def _mariadb_json_columns(cursor: Any, database: str, table: str) -> set[str]:
+_JSON_CHECK = re.compile(r"\s*json_valid\(`((?:[^`]|``)+)`\)\s*")
+
+
+def mariadb_json_columns(cursor: Any, database: str, table: str) -> set[str]:
+    """The table's JSON columns on MariaDB (empty on MySQL, whose JSON is a type of its own)."""
     # MariaDB's JSON is LONGTEXT with a json_valid() check; MySQL has a real JSON type and no
     # TABLE_NAME in CHECK_CONSTRAINTS.
     if "mariadb" not in str(cursor.connection.get_server_info()).lower():
@@ -295,7 +299,7 @@ def _mariadb_json_columns(cursor: Any, database: str, table: str) -> set[str]:
     )
     found: set[str] = set()
     for (clause,) in cursor.fetchall():
-        match = re.fullmatch(r"\s*json_valid\(`((?:[^`]|``)+)`\)\s*", str(clause))
+        match = _JSON_CHECK.fullmatch(str(clause))
         if match:
             found.add(match.group(1).replace("``", "`"))
     return found

@@ -59,6 +59,11 @@ def sign_request(node_id: str, secret: bytes, method: str, path_with_query: str,
     }
 
 
+def secret_text(secret: bytes) -> str:
+    """How a signing secret is shown and configured: unpadded base64url."""
+    return base64.urlsafe_b64encode(secret).rstrip(b"=").decode("ascii")
+
+
 def secret_from_text(text: str) -> bytes:
     """A node signing secret from its configured form (unpadded base64url of 32 bytes)."""
     try:
