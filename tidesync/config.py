@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidesync.domain.errors import TidesyncError
+
 ENV_PREFIX = "TIDESYNC_"
 CONFIG_ENV = "TIDESYNC_CONFIG"
 
 
-class ConfigError(Exception):
+class ConfigError(TidesyncError):
     """The configuration is invalid; `problems` lists every field at fault."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -58,6 +58,7 @@ from tidesync.demo_both_ways import (
     write_config_file,
 )
 from tidesync.domain.clock import utc_now
+from tidesync.domain.errors import TidesyncError
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class DemoPaths:
         return sorted(path.name for path in self.root.iterdir() if path.name not in own)
 
 
-class DemoError(Exception):
+class DemoError(TidesyncError):
     """The demo cannot start (one line for the operator)."""
 
 

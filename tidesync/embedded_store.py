@@ -25,11 +25,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from tidesync.domain.errors import Unavailable
+
 SUPERUSER = "postgres"
 _DATABASE_NAME_LIMIT = 63
 
 
-class EmbeddedStoreError(Exception):
+class EmbeddedStoreError(Unavailable):
     """The embedded PostgreSQL server could not be started or reached; the message says why."""
 
 

@@ -31,6 +31,8 @@ from confluent_kafka.cimpl import NewTopic  # typed here; confluent_kafka.admin 
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from tidesync.domain.errors import TidesyncError, Unavailable
+
 TANSU_BIN_ENV = "TIDESYNC_TANSU_BIN"
 MARIADBD_BIN_ENV = "TIDESYNC_MARIADBD_BIN"
 MARIADB_INSTALL_DB_BIN_ENV = "TIDESYNC_MARIADB_INSTALL_DB_BIN"
@@ -52,7 +54,7 @@ class Service(enum.StrEnum):
     POSTGRESQL = "postgresql"
 
 
-class ServiceUnavailable(Exception):
+class ServiceUnavailable(Unavailable):
     """A local service could not be found, started or reached; `message` says why."""
 
     def __init__(self, service: str, message: str) -> None:
@@ -143,7 +145,7 @@ def _wait_until_ready(
         delay = min(delay * 2, 0.25)
 
 
-class _ExitedEarly(Exception):
+class _ExitedEarly(TidesyncError):
     def __init__(self, exit_code: int) -> None:
         super().__init__(f"exited with code {exit_code}")
         self.exit_code = exit_code

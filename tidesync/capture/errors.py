@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import enum
 
+from tidesync.domain.errors import TidesyncError
+
 
 class CaptureErrorReason(enum.StrEnum):
     CONFIGURATION = "CONFIGURATION"
@@ -19,7 +21,7 @@ class CaptureErrorReason(enum.StrEnum):
     PUBLISH_FAILED = "PUBLISH_FAILED"
 
 
-class CaptureError(Exception):
+class CaptureError(TidesyncError):
     """Capture cannot go on; nothing past the last saved position counts as published."""
 
     def __init__(self, reason: CaptureErrorReason, message: str) -> None:

@@ -54,6 +54,7 @@ from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.config import CaptureSource, CaptureStart, Config
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import Row, Value
 
 logger = logging.getLogger(__name__)
@@ -834,7 +835,7 @@ def _gtid_seq(gtid: str) -> int:
     return int(gtid.rsplit("-", 1)[1])
 
 
-class _StreamLost(Exception):
+class _StreamLost(TidesyncError):
     """The binlog stream connection dropped; mysql-replication wanted to reconnect it."""
 
 

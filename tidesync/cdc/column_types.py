@@ -14,6 +14,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
+from tidesync.domain.errors import TidesyncError
+
 
 class ColumnTypeSource(Protocol):
     """Answers the MySQL column types (information_schema COLUMN_TYPE text) of one table."""
@@ -27,7 +29,7 @@ class ColumnTypeSource(Protocol):
         ...
 
 
-class ColumnTypesError(ValueError):
+class ColumnTypesError(TidesyncError, ValueError):
     """A column types document that cannot be used (unreadable, not JSON, wrong shape)."""
 
 

@@ -27,6 +27,7 @@ from tidesync.domain.change_event import (
     event_id_for,
     tombstone_revision,
 )
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import BitString, JsonText, Value, canonical_text
 
 REVISION_COLUMN = "_sync_revision"
@@ -145,7 +146,7 @@ class Block:
 Outcome: TypeAlias = Normalized | Skip | Block
 
 
-class _Blocked(Exception):
+class _Blocked(TidesyncError):
     """Raised inside the normalizer, turned into a Block at its one public entry point."""
 
     def __init__(self, reason: BlockReason, detail: str) -> None:

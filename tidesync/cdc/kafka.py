@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from tidesync.cdc.debezium import KafkaRecord
+from tidesync.domain.errors import Unavailable
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -26,7 +27,7 @@ _CONNECTIVITY_ERRORS = frozenset({
 })
 
 
-class QueueUnavailable(Exception):
+class QueueUnavailable(Unavailable):
     """The broker cannot be reached or answered with an error for the whole consumer."""
 
 

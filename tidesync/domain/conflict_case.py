@@ -21,6 +21,7 @@ from tidesync.domain.change_event import (
     table_rule,
     tombstone_revision,
 )
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import Value, canonical_value
 
 CONFLICT_NAMESPACE = uuid.UUID("7e4f2a18-93c5-5b61-a0d2-4c8e6f1b3a97")
@@ -90,7 +91,7 @@ class ConflictRefusal(enum.StrEnum):
     REPLACEMENT_TYPE = "REPLACEMENT_TYPE"
 
 
-class ConflictRefused(Exception):
+class ConflictRefused(TidesyncError):
     """A command the case's state or evidence does not allow; `code` is stable."""
 
     def __init__(self, code: ConflictRefusal, message: str) -> None:

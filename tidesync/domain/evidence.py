@@ -15,13 +15,14 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 from tidesync.domain.change_event import RecordKey
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import BitString, JsonText, Value, require_utc
 
 Tagged = list[object]
 """A canonical value: [tag] or [tag, text] (bits: [tag, length, value])."""
 
 
-class EvidenceValueError(ValueError):
+class EvidenceValueError(TidesyncError, ValueError):
     """Display text that is not a value of the column's type."""
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from eventsourcing.domain import Aggregate, event
 
+from tidesync.domain.errors import TidesyncError
+
 NODE_NAMESPACE = uuid.UUID("6a4e2f10-3b7c-5d9e-8f21-4c6b8a0d2e57")
 NODE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
@@ -22,7 +24,7 @@ class NodeStatus(enum.StrEnum):
     REVOKED = "REVOKED"
 
 
-class NodeError(Exception):
+class NodeError(TidesyncError):
     """A node command that the node's state does not allow."""
 
 

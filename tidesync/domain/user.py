@@ -12,6 +12,8 @@ import uuid
 
 from eventsourcing.domain import Aggregate, event
 
+from tidesync.domain.errors import TidesyncError
+
 USER_NAMESPACE = uuid.UUID("2f8c1d4a-6b3e-5a70-9e12-8d4c6a2b0f35")
 USER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
@@ -64,7 +66,7 @@ class UserStatus(enum.StrEnum):
     REVOKED = "REVOKED"
 
 
-class UserError(Exception):
+class UserError(TidesyncError):
     """A user command that the user's state does not allow."""
 
 

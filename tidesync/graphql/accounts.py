@@ -19,6 +19,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.utils import get_topic
 
+from tidesync.domain.errors import Unavailable
 from tidesync.domain.user import (
     Permission,
     Role,
@@ -42,7 +43,7 @@ class UserAlreadyExists(UserError):
     pass
 
 
-class UserStoreUnavailable(Exception):
+class UserStoreUnavailable(Unavailable):
     """The event store holding the users could not be read."""
 
 

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.config import ConsoleConfig
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.errors import Unavailable
 from tidesync.graphql.accounts import TokenAuthenticator, UsersApplication, UserService
 from tidesync.graphql.limits import QueryLimits
 from tidesync.graphql.positions import FollowedProjection, ReadModelWaits
@@ -54,7 +55,7 @@ class PrivilegedRead:
     target: str
 
 
-class ConsoleUnavailable(Exception):
+class ConsoleUnavailable(Unavailable):
     """A store the console needs cannot be reached right now."""
 
 

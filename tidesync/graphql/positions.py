@@ -18,11 +18,13 @@ from eventsourcing.persistence import ApplicationRecorder
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from tidesync.domain.errors import TidesyncError
+
 TOKEN_PATTERN = re.compile(r"([a-z_]{1,40}):(\d{1,18})")
 MAX_TOKENS = 16
 
 
-class BadPosition(ValueError):
+class BadPosition(TidesyncError, ValueError):
     """A position token that is malformed or names an unknown application."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.node import NodeStatus
 from tidesync.ingress.nodes import NodeCredentials
 from tidesync.wire.signing import (
@@ -51,7 +52,7 @@ class AuthReason(enum.StrEnum):
     NODE_REVOKED = "NODE_REVOKED"
 
 
-class AuthError(Exception):
+class AuthError(TidesyncError):
     """A request that is not (or no longer) authentic; answered 401 with `reason`."""
 
     def __init__(self, reason: AuthReason, message: str) -> None:

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from tidesync.domain.errors import Unavailable
 from tidesync.migrations import MigrationError, migrate_postgres
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,7 @@ Connection = psycopg.Connection[TupleRow]
 
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(Unavailable):
     """The database could not be reached or failed the statement; the request may be retried."""
 
 

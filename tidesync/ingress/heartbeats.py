@@ -11,6 +11,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
@@ -35,7 +36,7 @@ _INSERT_SAMPLE = (
 )
 
 
-class BadHeartbeat(ValueError):
+class BadHeartbeat(TidesyncError, ValueError):
     """A heartbeat whose numbers or times cannot be stored."""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.token_bucket import TokenBucket
 
 
@@ -22,7 +23,7 @@ class LimitReason(enum.StrEnum):
     TOO_MANY_CONCURRENT_REQUESTS = "TOO_MANY_CONCURRENT_REQUESTS"
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(TidesyncError):
     def __init__(self, reason: LimitReason, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.reason = reason

@@ -15,13 +15,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tidesync.config import ShoreConfig
+from tidesync.domain.errors import TidesyncError
 
 KEY_BYTES = 32
 _NONCE_BYTES = 12
 _SEALED_PREFIX = "aesgcm1:"
 
 
-class MasterKeyError(Exception):
+class MasterKeyError(TidesyncError):
     """The master key is missing, malformed, readable by others, or does not open a secret."""
 
 

@@ -16,6 +16,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.utils import get_topic
 
+from tidesync.domain.errors import Unavailable
 from tidesync.domain.node import (
     NODE_ID_PATTERN,
     Node,
@@ -38,7 +39,7 @@ class NodeAlreadyRegistered(NodeError):
     pass
 
 
-class NodeStoreUnavailable(Exception):
+class NodeStoreUnavailable(Unavailable):
     """The event store holding the nodes could not be read."""
 
 

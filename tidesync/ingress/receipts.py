@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
@@ -26,7 +27,7 @@ _PAGE = (
 )
 
 
-class BadPageRequest(ValueError):
+class BadPageRequest(TidesyncError, ValueError):
     """A cursor or limit the server cannot use."""
 
 

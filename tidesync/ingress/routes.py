@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from tidesync.config import ShoreConfig
 from tidesync.domain.clock import Clock
+from tidesync.domain.errors import TidesyncError
 from tidesync.ingress.auth import (
     AuthError,
     AuthReason,
@@ -79,7 +80,7 @@ class IngressReason(enum.StrEnum):
     DOWNLINK_UNAVAILABLE = "DOWNLINK_UNAVAILABLE"
 
 
-class IngressError(Exception):
+class IngressError(TidesyncError):
     """A request refused with an HTTP status and a stable reason code."""
 
     def __init__(self, status: int, reason: str, message: str,

@@ -22,6 +22,8 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from tidesync.domain.errors import TidesyncError
+
 log = logging.getLogger(__name__)
 
 Cursor = psycopg.Cursor[TupleRow]
@@ -327,7 +329,7 @@ class PostgresViewRunner:
         return [feed.status() for feed in self.feeds]
 
 
-class ConcurrentProjectionError(RuntimeError):
+class ConcurrentProjectionError(TidesyncError, RuntimeError):
     """Another runner advanced the same projection meanwhile; this batch was rolled back."""
 
     def __init__(self, name: str) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.projections.registry import AggregateKind, Catalogue
 from tidesync.projections.states import aggregate_fields, event_type, state_digest
 
 
-class HistoryError(LookupError):
+class HistoryError(TidesyncError, LookupError):
     """What cannot be replayed as asked; `code` is stable: UNKNOWN_KIND, NOT_FOUND,
     NO_SUCH_VERSION, NOT_YET_EXISTING, BAD_REQUEST."""
 

@@ -11,8 +11,10 @@ from typing import Any
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
+from tidesync.domain.errors import TidesyncError
 
-class OperatorActionError(Exception):
+
+class OperatorActionError(TidesyncError):
     """An operator action that cannot be recorded as asked (no actor or reason)."""
 
 

@@ -20,6 +20,7 @@ from eventsourcing.application import Application
 from psycopg import sql
 
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.errors import TidesyncError
 from tidesync.projections.engine import (
     VIEW_LOCK_CLASS,
     Cursor,
@@ -37,7 +38,7 @@ SWITCH_LOCK_TIMEOUT = "5s"
 SWITCH_ATTEMPTS = 12
 
 
-class RebuildError(Exception):
+class RebuildError(TidesyncError):
     """A rebuild that could not start or finish; `code` is stable."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from eventsourcing.application import Application
 
 from tidesync.config import Config
+from tidesync.domain.errors import TidesyncError
 from tidesync.projections.engine import (
     Pool,
     PostgresProjectionRunner,
@@ -30,7 +31,7 @@ AppFactory = Callable[[Mapping[str, str]], Application[Any]]
 FieldRenderer = Callable[[object], object]
 
 
-class RegistryError(LookupError):
+class RegistryError(TidesyncError, LookupError):
     """An unknown view, application or aggregate kind; `code` is stable."""
 
     def __init__(self, code: str, message: str) -> None:

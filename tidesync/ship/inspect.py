@@ -20,6 +20,7 @@ from tidesync.cdc.debezium import (
     Outcome,
     source_of,
 )
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.event_json import change_event_to_json
 
 EXIT_OK = 0
@@ -27,7 +28,7 @@ EXIT_BLOCKED = 2
 EXIT_USAGE = 2
 
 
-class _UsageError(Exception):
+class _UsageError(TidesyncError):
     pass
 
 

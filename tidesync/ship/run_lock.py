@@ -14,8 +14,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from tidesync.domain.errors import TidesyncError
 
-class StateInUse(Exception):
+
+class StateInUse(TidesyncError):
     """Another process holds the state store."""
 
 

@@ -24,6 +24,7 @@ from tidesync.cdc.kafka import PartitionKey
 from tidesync.cdc.platform_writes import platform_event_id
 from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.errors import TidesyncError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations" / "ship"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -80,11 +81,11 @@ class CommandState(enum.StrEnum):
     DONE = "DONE"
 
 
-class StateStoreError(Exception):
+class StateStoreError(TidesyncError):
     """The state store cannot be read or written (disk, corruption, schema)."""
 
 
-class DispositionRefused(Exception):
+class DispositionRefused(TidesyncError):
     """An operator's disposition of a blocked record that cannot be carried out as asked."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock
+from tidesync.domain.errors import TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
@@ -52,7 +53,7 @@ class LinkReason(enum.StrEnum):
     BAD_RESPONSE = "BAD_RESPONSE"
 
 
-class LinkError(Exception):
+class LinkError(TidesyncError):
     """A request that did not produce a usable answer."""
 
     disposition: Disposition = Disposition.RETRY

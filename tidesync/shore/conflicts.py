@@ -29,6 +29,7 @@ from tidesync.domain.conflict_case import (
     key_digest,
 )
 from tidesync.domain.downlink_command import CommandKind
+from tidesync.domain.errors import TidesyncError, Unavailable
 from tidesync.domain.evidence import EvidenceValueError, parse_display, parse_record_key
 from tidesync.shore.apps import ConflictCases
 from tidesync.shore.conflict_capture import DUE_AT_ONCE, decided_revision_statements
@@ -47,7 +48,7 @@ Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 _SAVE_ATTEMPTS = 3
 
 
-class ConflictCommandError(Exception):
+class ConflictCommandError(TidesyncError):
     """A conflict command that could not be carried out; `code` is stable."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -68,7 +69,7 @@ class CaseChanged(ConflictCommandError):
         super().__init__("CASE_CHANGED", "the conflict changed meanwhile; reload and retry")
 
 
-class RevisionUnavailable(ConflictCommandError):
+class RevisionUnavailable(ConflictCommandError, Unavailable):
     """The record's current revision could not be read, so nothing is decided blind."""
 
     def __init__(self, why: str) -> None:

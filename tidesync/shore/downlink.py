@@ -43,6 +43,7 @@ from tidesync.domain.downlink_command import (
     needs_follow_up,
     payload_from_json,
 )
+from tidesync.domain.errors import TidesyncError, Unavailable
 from tidesync.domain.values import Value
 from tidesync.migrations import MigrationError, migrate_postgres
 from tidesync.shore.apps import Downlink, Statement, with_statement_recorder
@@ -93,15 +94,15 @@ _FOLLOW_UPS = (
 )
 
 
-class DownlinkUnavailable(Exception):
+class DownlinkUnavailable(Unavailable):
     """PostgreSQL could not be reached or was busy; the request may be retried."""
 
 
-class BadCursor(ValueError):
+class BadCursor(TidesyncError, ValueError):
     """A page cursor this server did not issue."""
 
 
-class TooManyAcks(ValueError):
+class TooManyAcks(TidesyncError, ValueError):
     """More acks in one request than MAX_ACKS_PER_REQUEST."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tidesync.domain.apply_job import REPLAYABLE_CLASSES, ErrorClass
+from tidesync.domain.errors import TidesyncError
 from tidesync.shore.apps import ApplyJobs
 from tidesync.shore.work_queue import WorkQueue
 
@@ -23,7 +24,7 @@ class JobSummaryRow:
     events: int
 
 
-class ReplayRefused(Exception):
+class ReplayRefused(TidesyncError):
     """The requested class may not be replayed (MALFORMED never is)."""
 
 

@@ -28,6 +28,7 @@ from tidesync.bootstrap import (
     postgres_conninfo,
 )
 from tidesync.config import Config
+from tidesync.domain.errors import TidesyncError
 from tidesync.graphql.console import Console
 from tidesync.ingress.routes import Ingress
 
@@ -139,7 +140,7 @@ async def serve(config: Config, on_ready: Callable[[str], None],
     await task
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(TidesyncError, RuntimeError):
     """The server could not start listening."""
 
 

@@ -31,6 +31,7 @@ from tidesync.config import Config
 from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.conflict_case import is_sync_column
 from tidesync.domain.downlink_command import CommandKind, RowChangePayload
+from tidesync.domain.errors import Unavailable
 from tidesync.domain.values import frozen_row
 from tidesync.migrations import MigrationError
 from tidesync.shore.apps import Statement
@@ -60,7 +61,7 @@ class ShoreCdcReason(enum.StrEnum):
     OPERATOR_RELEASED = "OPERATOR_RELEASED"  # a held record an operator let pass
 
 
-class ShoreCdcUnavailable(Exception):
+class ShoreCdcUnavailable(Unavailable):
     """A batch could not be recorded (PostgreSQL, the target ledger or the broker is down);
     its partitions were rewound and it will be read again."""
 

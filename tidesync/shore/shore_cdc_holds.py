@@ -21,6 +21,7 @@ from eventsourcing.persistence import IntegrityError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.projections.operations import (
     OperationsApplication,
     OperatorAction,
@@ -45,7 +46,7 @@ class Hold:
     blocked_at: dt.datetime
 
 
-class HoldRefused(Exception):
+class HoldRefused(TidesyncError):
     """A release that cannot be carried out as asked; `code` is stable."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 from tidesync.domain.clock import Clock
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
     METADATA_COLUMNS,
@@ -34,7 +35,7 @@ _PLAIN_VALUE_TYPES = (bool, int, str, bytes, Decimal, dt.date, dt.time, JsonText
 
 
 
-class StatementRejected(Exception):
+class StatementRejected(TidesyncError):
     """A statement failed for a reason that retrying the same event cannot fix."""
 
     def __init__(self, reason: RejectReason, detail: str, position: int = 0) -> None:
@@ -44,7 +45,7 @@ class StatementRejected(Exception):
         self.position = position  # which statement of a batch failed
 
 
-class DuplicatePrimaryKey(Exception):
+class DuplicatePrimaryKey(TidesyncError):
     """An INSERT met an existing row with the same primary key (the row, or a ledger entry)."""
 
 
@@ -67,7 +68,7 @@ class PlannedWrite:
         return self.event.operation
 
 
-class _Retry(Exception):
+class _Retry(TidesyncError):
     """The transaction was rolled back after settling one more event: run the chunk again."""
 
 

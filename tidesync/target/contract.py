@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidesync.domain.change_event import ChangeEvent, Revision
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import Value
 
 REVISION_COLUMN = "_sync_revision"
@@ -69,7 +70,7 @@ class TargetOutcome:
     current_revision: Revision | None = None
 
 
-class TargetError(Exception):
+class TargetError(TidesyncError):
     """The chunk could not be applied and nothing of it was committed; `reason_code` is stable.
 
     Raised as is only for failures that are neither transient nor a lost commit (a fault of

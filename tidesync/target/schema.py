@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tidesync.domain.errors import TidesyncError
 from tidesync.target.contract import (
     EVENT_ID_COLUMN,
     LEDGER_TABLE,
@@ -46,7 +47,7 @@ _BACKFILL_BATCH = 10_000
 _MAX_IDENTIFIER = 64
 
 
-class SchemaError(Exception):
+class SchemaError(TidesyncError):
     """The table cannot be enabled as it is (missing, no primary key, clashing column types)."""
 
 

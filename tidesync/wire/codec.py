@@ -23,6 +23,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import DecodeError, Message
 
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
+from tidesync.domain.errors import TidesyncError
 from tidesync.domain.values import BitString, JsonText, Row, Value, canonical_value, require_utc
 from tidesync.wire import sync_pb2 as pb
 
@@ -60,7 +61,7 @@ class WireReason(enum.StrEnum):
     CHECKSUM_MISMATCH = "CHECKSUM_MISMATCH"
 
 
-class WireError(Exception):
+class WireError(TidesyncError):
     """A body or message that cannot be accepted; `reason` is the stable code to answer with."""
 
     reason: WireReason = WireReason.MALFORMED_PAYLOAD
