@@ -35,7 +35,7 @@ from tidesync.ship.state import (
     SQLiteShipState,
     StateReason,
     TerminalResult,
-    key_digest,
+    queue_key_digest,
 )
 
 NODE = "ship-7"
@@ -61,7 +61,7 @@ def event(offset: int, key: int, *, partition: int = 0, binlog_pos: int | None =
 
 def consumed(offset: int, outcome: object, key: int | None = None,
              partition: int = 0) -> Consumed:
-    digest = key_digest(None if key is None else b"key-%d" % key)
+    digest = queue_key_digest(None if key is None else b"key-%d" % key)
     return Consumed(TOPIC, partition, offset, outcome, 100, digest)  # type: ignore[arg-type]
 
 

@@ -21,8 +21,8 @@ from tidesync.ship.state import (
     Recorded,
     SQLiteShipState,
     Watermark,
-    key_digest,
     platform_write_id,
+    queue_key_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class QueueConsumer:
             # Loop suppression (§12): only tables synced both ways carry the metadata.
             platform_id = platform_write_id(outcome.event)
         return Consumed(record.topic, record.partition, record.offset, outcome, size,
-                        key_digest(record.key), platform_id)
+                        queue_key_digest(record.key), platform_id)
 
     def _is_blocked(self, record: KafkaRecord) -> bool:
         progress = self.partitions.get(PartitionKey(record.topic, record.partition))

@@ -258,7 +258,7 @@ def record_id(origin_node_id: str, replay_epoch: int, topic: str, partition: int
     return uuid.uuid5(RECORD_ID_NAMESPACE, "".join(f"{len(p)}:{p};" for p in parts))
 
 
-def key_digest(key: bytes | None) -> bytes | None:
+def queue_key_digest(key: bytes | None) -> bytes | None:
     """A 16-byte digest of a queue record key: one business key, without its values."""
     return None if key is None else hashlib.sha256(key).digest()[:16]
 

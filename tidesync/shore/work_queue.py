@@ -26,7 +26,7 @@ from tidesync.wire.codec import NameTable, WireError, event_from_wire
 
 
 @dataclass(frozen=True)
-class PartitionKey:
+class SourcePartition:
     origin_node_id: str
     topic: str
     partition: int
@@ -49,7 +49,7 @@ class ClaimedEvent:
 class Claim:
     """A partition leased to one worker, with the events it may apply, in source order."""
 
-    partition: PartitionKey
+    partition: SourcePartition
     job_no: int
     job_id: uuid.UUID
     attempts: int
@@ -194,7 +194,7 @@ class PostgresWorkQueue:
             row = conn.execute(_CLAIMABLE_PARTITION, {"now": now}).fetchone()
             if row is None:
                 return None
-            partition = PartitionKey(*row[:4])
+            partition = SourcePartition(*row[:4])
             job_no, attempts, next_sequence, previous_job_id = row[4:8]
             events = self._open_events(conn, partition, max_events)
             if not events:
@@ -216,7 +216,7 @@ class PostgresWorkQueue:
                 " FROM inbox_event WHERE state = 'PENDING' ON CONFLICT DO NOTHING"
             )
 
-    def _open_events(self, conn: psycopg.Connection[TupleRow], partition: PartitionKey,
+    def _open_events(self, conn: psycopg.Connection[TupleRow], partition: SourcePartition,
                      max_events: int) -> list[ClaimedEvent]:
         rows = conn.execute(
             "SELECT event_id, batch_ref, batch_index, source_position, source_sequence"
@@ -227,7 +227,7 @@ class PostgresWorkQueue:
         ).fetchall()
         return [ClaimedEvent(*row) for row in rows]
 
-    def _lease(self, conn: psycopg.Connection[TupleRow], partition: PartitionKey, job_no: int,
+    def _lease(self, conn: psycopg.Connection[TupleRow], partition: SourcePartition, job_no: int,
                attempts: int, next_sequence: int, events: list[ClaimedEvent], worker: str,
                now: dt.datetime, lease_seconds: float) -> Claim:
         job_id = apply_job_id(*partition.params(), job_no)
