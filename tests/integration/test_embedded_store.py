@@ -79,6 +79,15 @@ def test_a_killed_holder_leaves_the_server_running_and_the_next_start_reuses_it(
     # The killed process never let go; we are the last live holder, so we stop it.
     server.stop()
     assert postmaster_pid(data_dir) is None
+    # Started again in the same process after an operator's stop.
+    again = EmbeddedPostgres.shared(data_dir)
+    stop_server(data_dir)
+    assert postmaster_pid(data_dir) is None
+    again = EmbeddedPostgres.shared(data_dir)
+    try:
+        assert marks(again) == [1]
+    finally:
+        stop_server(data_dir)
 
 
 def test_processes_share_one_server_and_the_last_one_stops_it(tmp_path: Path) -> None:
