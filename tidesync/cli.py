@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = commands.add_parser(
-        "demo", help="run tidesync on its embedded default (SQLite, local broker)",
+        "demo", help="run tidesync both ways on its embedded default (private PostgreSQL,"
+                " SQLite business databases, local broker)",
     )
     demo.add_argument("--data-dir", default="tidesync-demo",
                       help="where the embedded default keeps its files (default: %(default)s)")
@@ -52,7 +53,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--duration", type=float, default=None,
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.add_argument("--exit-when-synced", action="store_true",
-                      help="stop once ship and shore agree, after the reconciliation table")
+                      help="stop once ship and shore agree and the two conflicts are shown")
     demo.set_defaults(handler=_run_demo)
 
 
