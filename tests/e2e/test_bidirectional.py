@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.clocks import WallClock
+from tests.clocks import WallClock, rounded_now
 from tests.e2e.test_ship_to_shore import REPOSITORY, wait_until
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
@@ -42,7 +42,8 @@ TABLES = ("cargo_shore_wins", "cargo_lww", "cargo_manual")
 DDL = ("CREATE TABLE {} (id INT NOT NULL PRIMARY KEY, item VARCHAR(40) NOT NULL,"
        " qty INT NOT NULL, changed_at DATETIME(6) NOT NULL) ENGINE=InnoDB")
 ROW = "id, item, qty, changed_at, _sync_revision"
-T0 = dt.datetime(2026, 11, 1, 8, 0)  # business times in the past: no clock skew
+# Business times a month in the past, whatever the date: never ahead of any clock (skew).
+T0 = (rounded_now() - dt.timedelta(days=30)).replace(tzinfo=None)
 
 
 @dataclass
@@ -437,7 +438,7 @@ def test_a_parked_conflict_does_not_hold_ten_thousand_other_changes(running_flee
     total = 10_000
     started = time.monotonic()
     for start in range(1000, 1000 + total, 500):
-        rows = ", ".join(f"({k}, 'box', {k}, '2026-11-30 09:00:00')"
+        rows = ", ".join(f"({k}, 'box', {k}, '{T0:%Y-%m-%d %H:%M:%S}')"
                          for k in range(start, start + 500))
         state.execute(a, f"INSERT INTO cargo_manual (id, item, qty, changed_at) VALUES {rows}")
 

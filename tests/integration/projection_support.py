@@ -130,7 +130,7 @@ def run_scenario(pool: ConnectionPool, apps: ShoreApps, read: ReadSide, mariadb:
     node_id = new_node_id()
     service = NodeService(read.nodes, SecretBox(os.urandom(32)))
     service.register(node_id, Actor("alice", "new ship in the fleet"),
-                     dt.datetime(2026, 11, 1, tzinfo=dt.UTC))
+                     dt.datetime(2019, 11, 1, tzinfo=dt.UTC))
     with conn.cursor() as cursor:
         cursor.execute(ITEMS_DDL)
     enable_mysql_table(conn, database, "items", SHORE_NODE)
@@ -176,7 +176,7 @@ def run_scenario(pool: ConnectionPool, apps: ShoreApps, read: ReadSide, mariadb:
 
 
 def heartbeat(node_id: str) -> pb.Heartbeat:
-    sent = int(dt.datetime(2026, 11, 30, 11, 59, tzinfo=dt.UTC).timestamp() * 1_000_000)
+    sent = int(dt.datetime(2019, 11, 30, 11, 59, tzinfo=dt.UTC).timestamp() * 1_000_000)
     hour = 3_600_000_000
     return pb.Heartbeat(
         protocol_version="1.0", node_id=node_id, client_version="0.1.0", sent_at_micros=sent,
@@ -215,7 +215,7 @@ def save_synthetic_jobs(apps: ShoreApps, node_id: str, jobs: int, per_job: int,
         positions = [job_no * per_job + index for index in range(per_job)]
         job = ApplyJob(origin_node_id=node_id, topic="bulk", partition=0, replay_epoch=0,
                        job_no=job_no, event_ids=ids, positions=positions, worker="bulk",
-                       lease_expires_at=dt.datetime(2026, 11, 30, tzinfo=dt.UTC),
+                       lease_expires_at=dt.datetime(2019, 11, 30, tzinfo=dt.UTC),
                        actor="system:apply-processor", reason="claimed")
         job.target_committed(ids, "system:apply-processor", "committed")
         results = []

@@ -23,7 +23,7 @@ from tidesync.capture.envelope_writer import (
 )
 
 TOPIC_PREFIX = "sync.cdc"
-CAPTURED_AT = dt.datetime(2026, 11, 1, 8, 0, tzinfo=dt.UTC)
+CAPTURED_AT = dt.datetime(2019, 11, 1, 8, 0, tzinfo=dt.UTC)
 
 
 def items_table(database: str) -> TableDefinition:

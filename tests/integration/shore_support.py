@@ -84,7 +84,7 @@ class ShipLog:
         return ChangeEvent(
             event_id=event_id, origin_node_id=self.node_id, source_connector_id="test",
             source_topic=self.topic, source_partition=self.partition, source_position=offset,
-            record=record, operation=op, captured_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+            record=record, operation=op, captured_at=dt.datetime(2019, 11, 1, tzinfo=dt.UTC),
             before=before, after=after, base_revision=base, result_revision=result,
             source_sequence=self.sequence,
         )

@@ -703,7 +703,7 @@ def test_an_operator_replays_rejected_events_of_one_class(world: ConsoleWorld):
     event = ChangeEvent(
         event_id=event_id, origin_node_id=node_id, source_connector_id="test",
         source_topic=source.topic, source_partition=0, source_position=0, record=record,
-        operation=Operation.INSERT, captured_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        operation=Operation.INSERT, captured_at=dt.datetime(2019, 11, 1, tzinfo=dt.UTC),
         after={"id": 1}, result_revision=Revision(uuid.uuid4().bytes), source_sequence=1)
     receive(world.pool, node_id, [event])
     world.apply_all()

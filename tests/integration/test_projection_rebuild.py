@@ -106,7 +106,7 @@ def built(pg_database, shore_mariadb, make_mariadb_database):
 def sent_time():
     import datetime as dt
 
-    return dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    return dt.datetime(2019, 12, 1, tzinfo=dt.UTC)
 
 
 @pytest.mark.parametrize("view", list(DAMAGE))

@@ -187,7 +187,7 @@ def test_node_overview_shows_status_and_the_reported_heartbeat(scenario):
      worst, config) = rows[0]
     assert (status, revoked, version, worst, config) == (
         "ACTIVE", None, "0.1.0", "DEGRADED", "cfg-7")
-    assert registered == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    assert registered == dt.datetime(2019, 11, 1, tzinfo=dt.UTC)
     assert heartbeat_at is not None and len(health) == 2
     assert (events, size) == ((120 - 90) + 10, 5_700)
     assert throughput["UPLINK"]["effective_bytes_per_second"] == pytest.approx(150.0)
@@ -199,11 +199,11 @@ def test_node_overview_follows_a_revoke(scenario):
     from tidesync.ingress.nodes import Actor, NodeService
 
     NodeService(read.nodes, None).revoke(sent.node_id, Actor("carol", "ship sold"),
-                                         dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
+                                         dt.datetime(2019, 12, 1, tzinfo=dt.UTC))
     read.catch_up(pool)
     rows = pg_rows(pool, "SELECT status, revoked_at, client_version FROM node_overview"
                          " WHERE node_id = %s", (sent.node_id,))
-    assert rows == [("REVOKED", dt.datetime(2026, 12, 1, tzinfo=dt.UTC), "0.1.0")]
+    assert rows == [("REVOKED", dt.datetime(2019, 12, 1, tzinfo=dt.UTC), "0.1.0")]
 
 
 def test_backlog_counts_results_per_rule_and_the_ships_queue(scenario):
@@ -218,7 +218,7 @@ def test_backlog_counts_results_per_rule_and_the_ships_queue(scenario):
     applied = by_state[("UPLINK", "APPLIED")]
     assert (applied[1], applied[2], applied[4]) == (sent.rule, "NORMAL", 7)
     assert applied[5] > 0
-    assert applied[6] == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    assert applied[6] == dt.datetime(2019, 11, 1, tzinfo=dt.UTC)
     assert by_state[("UPLINK", "CONFLICT_RECORDED")][4] == 2
     ship = by_state[("UPLINK_SHIP", "QUEUED")]
     assert (ship[1], ship[4], ship[5], ship[7]) == ("", 40, 5_700, 1_000)
@@ -260,7 +260,7 @@ def test_backlog_shows_received_claimed_and_dead_events(pg_database):
                                  " FROM backlog WHERE node_id = %s AND state = 'DEAD'",
                            (ship.node_id,))
             assert dead[0][0] > 0
-            assert dead[0][1] == dead[0][2] == dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+            assert dead[0][1] == dead[0][2] == dt.datetime(2019, 11, 1, tzinfo=dt.UTC)
         finally:
             with pool.connection() as conn:
                 conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'REJECTED'"

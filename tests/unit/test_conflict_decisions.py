@@ -44,7 +44,7 @@ def ship_update(**after: object) -> ChangeEvent:
         event_id=event_id_for(source, record, Operation.UPDATE), origin_node_id="ship-1",
         source_connector_id="test", source_topic="t", source_partition=0, source_position=5,
         record=record, operation=Operation.UPDATE,
-        captured_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC),
+        captured_at=dt.datetime(2019, 11, 1, tzinfo=dt.UTC),
         before={"id": 7, "qty": 3}, after={"id": 7, **after}, base_revision=SHIP_BASE,
         result_revision=SHIP_RESULT)
 

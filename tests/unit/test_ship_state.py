@@ -40,7 +40,7 @@ from tidesync.ship.state import (
 
 NODE = "ship-7"
 TOPIC = "sync.cdc.fleet.items"
-CAPTURED = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+CAPTURED = dt.datetime(2019, 11, 1, tzinfo=dt.UTC)
 
 
 def event(offset: int, key: int, *, partition: int = 0, binlog_pos: int | None = None,
