@@ -656,11 +656,33 @@ def _build(raw: dict[str, dict[str, tuple[object, str]]], problems: list[str]) -
     return Config(**sections)  # type: ignore[arg-type]
 
 
+# Settings that existed once: what to say instead of "unknown" or "expected one of".
+_RETIRED = {
+    ("event_store", "kind", "sqlite"): (
+        "the SQLite event store was retired; use \"embedded\" (a private PostgreSQL server in"
+        " event_store.embedded_dir, the default) or \"postgres\""),
+    ("event_store", "sqlite_path", None): (
+        "retired with the SQLite event store; the embedded default keeps its data in"
+        " event_store.embedded_dir"),
+}
+
+
+def _retired(section: str, name: str, value: object) -> str | None:
+    found = _RETIRED.get((section, name, None))
+    if found is None and isinstance(value, str):
+        found = _RETIRED.get((section, name, value.lower()))
+    return found
+
+
 def _build_section(section: str, cls: type, values: dict[str, tuple[object, str]],
                    problems: list[str]) -> object:
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, object] = {}
     for name, (value, origin) in values.items():
+        retired = _retired(section, name, value)
+        if retired is not None:
+            problems.append(f"{section}.{name}: {retired} (from {origin})")
+            continue
         if name not in hints:
             problems.append(f"{section}.{name}: unknown setting (from {origin})")
             continue

@@ -66,3 +66,20 @@ def test_unreadable_or_invalid_file(tmp_path):
 
 def test_unrelated_tidesync_variables_are_ignored():
     load_config(None, env={"TIDESYNC_TEST_PG_DSN": "postgresql://x", "TIDESYNC_TANSU_BIN": "/b"})
+
+
+def test_a_configuration_of_the_retired_sqlite_event_store_says_what_to_use(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text('[event_store]\nkind = "sqlite"\nsqlite_path = "data/shore-events.sqlite"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    text = "\n".join(caught.value.problems)
+    assert ('event_store.kind: the SQLite event store was retired; use "embedded"' in text
+            and f"(from {path})" in text)
+    assert "event_store.sqlite_path: retired with the SQLite event store" in text
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, env={"TIDESYNC_EVENT_STORE__KIND": "sqlite"})
+    assert caught.value.problems == [
+        'event_store.kind: the SQLite event store was retired; use "embedded" (a private'
+        " PostgreSQL server in event_store.embedded_dir, the default) or \"postgres\""
+        " (from TIDESYNC_EVENT_STORE__KIND)"]
