@@ -24,6 +24,7 @@ from tests.integration.test_ingress import (
     statuses,
 )
 from tidesync.config import TargetConfig
+from tidesync.domain.change_event import ChangeEvent
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ProcessorSettings
 from tidesync.shore.worker import build_worker
@@ -47,6 +48,35 @@ def pull_all_receipts(client: SyncClient, page: int = 7) -> list[pb.EventResult]
             return results
 
 
+def workload(ship: ShipLog) -> tuple[list[ChangeEvent], list[list[ChangeEvent]]]:
+    """Inserts, updates and deletes of one ship, and the three batches they travel in."""
+    events = [ship.insert(k, f"part-{k}", k, f"{k}.25") for k in range(1, 41)]
+    events += [ship.update(k, qty=k * 2) for k in range(1, 21)]
+    events += [ship.delete(k) for k in range(35, 41)]
+    batches = [events[0:25], events[25:50], events[50:]]
+    return events, batches
+
+
+def upload_with_mishaps(client: SyncClient, node_id: str, batches: list[list[ChangeEvent]],
+                        database: str) -> None:
+    """Upload the batches, one of them twice; a replayed request and a forged origin are
+    refused, the rest received."""
+    for batch in batches:
+        assert {s for s, _ in statuses(client.upload(batch_body(node_id, batch)))} == {
+            "RECEIVED"}
+    # The ship did not hear the answer and sends the middle batch again.
+    again = statuses(client.upload(batch_body(node_id, batches[1])))
+    assert {s for s, _ in again} == {"RECEIVED"}
+    # A captured request replayed by someone else is refused.
+    replayed = client.upload(batch_body(node_id, batches[0]),
+                             request_id=client.sent_request_ids[0])
+    assert replayed.status == 401 and replayed.error().reason_code == "AUTH_REPLAYED"
+    # An event claiming another node as its origin is rejected, the rest received.
+    forged = ShipLog("someone-else", database)
+    mixed = statuses(client.upload(batch_body(node_id, [forged.insert(99, "x", 1, "1")])))
+    assert mixed == [("PERMANENT_REJECTED", "FORGED_ORIGIN")]
+
+
 def test_uplink_applies_every_event_exactly_once(pg_database, shore_mariadb,
                                                  make_mariadb_database):
     migrate_postgres(pg_database.dsn)
@@ -62,27 +92,11 @@ def test_uplink_applies_every_event_exactly_once(pg_database, shore_mariadb,
     with node_service(config) as service:
         secret = service.register(node_id, ACTOR, clock()).secret
     ship = ShipLog(node_id, database)
-    events = [ship.insert(k, f"part-{k}", k, f"{k}.25") for k in range(1, 41)]
-    events += [ship.update(k, qty=k * 2) for k in range(1, 21)]
-    events += [ship.delete(k) for k in range(35, 41)]
-    batches = [events[0:25], events[25:50], events[50:]]
+    events, batches = workload(ship)
 
     with running(config, clock) as url:
         client = SyncClient(url, node_id, secret, clock)
-        for batch in batches:
-            assert {s for s, _ in statuses(client.upload(batch_body(node_id, batch)))} == {
-                "RECEIVED"}
-        # The ship did not hear the answer and sends the middle batch again.
-        again = statuses(client.upload(batch_body(node_id, batches[1])))
-        assert {s for s, _ in again} == {"RECEIVED"}
-        # A captured request replayed by someone else is refused.
-        replayed = client.upload(batch_body(node_id, batches[0]),
-                                 request_id=client.sent_request_ids[0])
-        assert replayed.status == 401 and replayed.error().reason_code == "AUTH_REPLAYED"
-        # An event claiming another node as its origin is rejected, the rest received.
-        forged = ShipLog("someone-else", database)
-        mixed = statuses(client.upload(batch_body(node_id, [forged.insert(99, "x", 1, "1")])))
-        assert mixed == [("PERMANENT_REJECTED", "FORGED_ORIGIN")]
+        upload_with_mishaps(client, node_id, batches, ship.database)
 
         target = TargetConfig(host=shore_mariadb.host, port=shore_mariadb.port,
                               user=shore_mariadb.user, password=shore_mariadb.password,

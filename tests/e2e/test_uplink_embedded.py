@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from psycopg_pool import ConnectionPool
 
-from tests.e2e.test_uplink import pull_all_receipts
+from tests.e2e.test_uplink import pull_all_receipts, upload_with_mishaps, workload
 from tests.integration.shore_support import ShipLog, inbox_states, pg_rows, receive
 from tests.integration.sqlite_target import (
     SQLITE_ITEMS_DDL,
@@ -38,10 +38,8 @@ from tests.integration.test_ingress import (
     ACTOR,
     MASTER_KEY,
     FakeClock,
-    batch_body,
     node_service,
     running,
-    statuses,
 )
 from tidesync.bootstrap import build_target_applier, postgres_conninfo
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig, TargetConfig
@@ -93,27 +91,11 @@ def uplink_end_to_end(config: Config, clock: FakeClock, business: Path) -> None:
     with node_service(config) as service:
         secret = service.register(node_id, ACTOR, clock()).secret
     ship = ShipLog(node_id, "shipdb")
-    events = [ship.insert(k, f"part-{k}", k, f"{k}.25") for k in range(1, 41)]
-    events += [ship.update(k, qty=k * 2) for k in range(1, 21)]
-    events += [ship.delete(k) for k in range(35, 41)]
-    batches = [events[0:25], events[25:50], events[50:]]
+    events, batches = workload(ship)
 
     with running(config, clock) as url:
         client = SyncClient(url, node_id, secret, clock)
-        for batch in batches:
-            assert {s for s, _ in statuses(client.upload(batch_body(node_id, batch)))} == {
-                "RECEIVED"}
-        # The ship did not hear the answer and sends the middle batch again.
-        again = statuses(client.upload(batch_body(node_id, batches[1])))
-        assert {s for s, _ in again} == {"RECEIVED"}
-        # A captured request replayed by someone else is refused.
-        replayed = client.upload(batch_body(node_id, batches[0]),
-                                 request_id=client.sent_request_ids[0])
-        assert replayed.status == 401 and replayed.error().reason_code == "AUTH_REPLAYED"
-        # An event claiming another node as its origin is rejected, the rest received.
-        forged = ShipLog("someone-else", "shipdb")
-        mixed = statuses(client.upload(batch_body(node_id, [forged.insert(99, "x", 1, "1")])))
-        assert mixed == [("PERMANENT_REJECTED", "FORGED_ORIGIN")]
+        upload_with_mishaps(client, node_id, batches, ship.database)
 
         applier = build_target_applier(config.target)
         assert isinstance(applier, SQLiteTargetApplier)
