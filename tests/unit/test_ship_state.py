@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidesync.cdc.debezium import Block, BlockReason, Normalized, Skip, SkipReason
 from tidesync.cdc.kafka import PartitionKey
+from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Skip, SkipReason
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -100,7 +100,7 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     assert state.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10000
     versions = state.conn.execute("SELECT version, name FROM schema_version").fetchall()
     assert versions == [(1, "0001_state"), (2, "0002_downlink_commands"),
-                        (3, "0003_operator_actions")]
+                        (3, "0003_operator_actions"), (4, "0004_domain_command_kinds")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",

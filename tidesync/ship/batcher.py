@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import ChangeEvent
-from tidesync.ship.state import rule_of
+from tidesync.ship.state.intake import rule_of
 from tidesync.wire import codec
 
 

@@ -11,19 +11,15 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, Normalized
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
 from tidesync.cdc.kafka import (
     KafkaQueue,
     PartitionKey,
 )
-from tidesync.ship.state import (
-    Consumed,
-    Recorded,
-    SQLiteShipState,
-    Watermark,
-    platform_write_id,
-    queue_key_digest,
-)
+from tidesync.cdc.outcomes import Normalized
+from tidesync.ship.state import SQLiteShipState
+from tidesync.ship.state.intake import Consumed, Recorded, platform_write_id, queue_key_digest
+from tidesync.ship.state.watermarks import Watermark
 
 log = logging.getLogger(__name__)
 

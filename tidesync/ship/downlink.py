@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from tidesync import failpoints
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.ship.remote_apply import CommandResult, RemoteApplier, merge_acks, prepare
-from tidesync.ship.state import COMMANDS_CURSOR, CommandState, SQLiteShipState
+from tidesync.ship.remote_apply import CommandAnswer, RemoteApplier, merge_acks, prepare
+from tidesync.ship.state import SQLiteShipState
+from tidesync.ship.state.commands import COMMANDS_CURSOR, CommandState
 from tidesync.ship.telemetry import HealthReason, HealthState, Subsystem
 from tidesync.ship.transport import Disposition, LinkError, RetrySchedule, ShoreLink
 from tidesync.target.contract import CommitOutcomeUnknown, TargetError, TransientTargetError
@@ -135,17 +136,17 @@ class Downlink:
             return  # its result is recorded; the ack goes out with the others
         if applied_id is not None and prepared.kind is not None and prepared.event is not None:
             self.state.begin_command(applied_id, prepared.command_id, prepared.sequence,
-                                     prepared.kind.value)
-        result = self.applier.apply(prepared, self.clock())
+                                     prepared.kind)
+        answer = self.applier.apply(prepared, self.clock())
         failpoints.hit(AFTER_APPLY_FAILPOINT)
-        self._record(applied_id, prepared.command_id, prepared.sequence, result)
+        self._record(applied_id, prepared.command_id, prepared.sequence, answer)
 
     def _record(self, applied_id: bytes | None, command_id: bytes, sequence: int,
-                result: CommandResult) -> None:
-        self.state.finish_command(applied_id, command_id, sequence, result.result_name,
-                                  result.reason, result.local_revision,
-                                  result.acks.SerializeToString())
-        log.info("shore command %d: %s %s", sequence, result.result_name, result.reason)
+                answer: CommandAnswer) -> None:
+        self.state.finish_command(applied_id, command_id, sequence, answer.result,
+                                  answer.reason, answer.local_revision,
+                                  answer.acks.SerializeToString())
+        log.info("shore command %d: %s %s", sequence, answer.result.value, answer.reason)
 
     def send_acks(self) -> bool:
         """Send every pending ack; False when the shore could not be reached."""

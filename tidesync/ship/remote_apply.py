@@ -21,24 +21,16 @@ from tidesync.domain.change_event import (
     Revision,
     tombstone_revision,
 )
+from tidesync.domain.downlink_command import CommandKind, CommandResult
+from tidesync.domain.sync_columns import METADATA_COLUMNS
 from tidesync.domain.values import Value, canonical_value
-from tidesync.target.contract import (
-    METADATA_COLUMNS,
-    TargetApplier,
-    TargetOutcome,
-    TargetOutcomeKind,
-)
+from tidesync.target.contract import TargetApplier, TargetOutcome, TargetOutcomeKind
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
 SOURCE_CONNECTOR = "shore-commands"
 SOURCE_TOPIC = "sync.downlink.commands"
 _METADATA = frozenset(name.lower() for name in METADATA_COLUMNS)
-
-
-class CommandKind(enum.StrEnum):
-    ROW_CHANGE = "ROW_CHANGE"
-    DECISION = "DECISION"
 
 
 class CommandReason(enum.StrEnum):
@@ -142,31 +134,28 @@ def _decision(base: PreparedCommand, decision: pb.ConflictDecision, names: codec
                         else _revision(decision.decided_revision))
     if tombstone:
         if expected is None:  # the ship must have no row, and a tombstone wants none
-            return PreparedCommand(base.command_id, base.sequence, CommandKind.DECISION,
-                                   applied_id, record, decided_revision=decided_revision)
+            return PreparedCommand(base.command_id, base.sequence,
+                                   CommandKind.CONFLICT_DECISION, applied_id, record,
+                                   decided_revision=decided_revision)
         operation, values = Operation.DELETE, []
     else:
         values = codec.columns_from_wire(decision.decided_value.values, names)
         operation = Operation.INSERT if expected is None else Operation.UPDATE
     event = _event(applied_id, shore_node_id, record, operation, values, expected,
                    decided_revision, base.sequence, captured)
-    return PreparedCommand(base.command_id, base.sequence, CommandKind.DECISION, applied_id,
-                           record, event, decided=None if tombstone else dict(values),
+    return PreparedCommand(base.command_id, base.sequence, CommandKind.CONFLICT_DECISION,
+                           applied_id, record, event, decided=None if tombstone else dict(values),
                            decided_revision=decided_revision)
 
 
 @dataclass(frozen=True)
-class CommandResult:
-    """A command's ack (as a one-ack CommandAcks, its name table included) and its result."""
+class CommandAnswer:
+    """A command's result and its ack (as a one-ack CommandAcks, its name table included)."""
 
-    result: int
+    result: CommandResult
     reason: str
     local_revision: bytes
     acks: pb.CommandAcks
-
-    @property
-    def result_name(self) -> str:
-        return pb.CommandResult.Name(self.result)
 
     @property
     def ack(self) -> pb.CommandAck:
@@ -184,43 +173,43 @@ class RemoteApplier:
         self.target = target
         self.node_id = node_id
 
-    def apply(self, command: PreparedCommand, now: dt.datetime) -> CommandResult:
+    def apply(self, command: PreparedCommand, now: dt.datetime) -> CommandAnswer:
         if command.reject is not None:
-            return _result(command, pb.COMMAND_REJECTED, now, *command.reject)
+            return _result(command, CommandResult.COMMAND_REJECTED, now, *command.reject)
         if command.event is None:
             return self._tombstone_without_row(command, now)
         outcome = self.target.apply_chunk([command.event])[0]
         return self._judge(command, command.event, outcome, now)
 
     def _tombstone_without_row(self, command: PreparedCommand, now: dt.datetime
-                               ) -> CommandResult:
+                               ) -> CommandAnswer:
         """A tombstone decision for a row the ship should not have: absent is the decision."""
         assert command.record is not None
         row, revision = self.target.current_row(command.record.database, command.record.table,
                                                 command.record.as_dict())
         if row is None:
-            return _result(command, pb.COMMAND_ALREADY_APPLIED, now, CommandReason.ROW_ABSENT,
-                           "the row does not exist, as decided")
+            return _result(command, CommandResult.COMMAND_ALREADY_APPLIED, now,
+                           CommandReason.ROW_ABSENT, "the row does not exist, as decided")
         return _conflict(command, CommandReason.DECISION_STALE, "the ship has the row",
                          row, revision, now)
 
     def _judge(self, command: PreparedCommand, event: ChangeEvent, outcome: TargetOutcome,
-               now: dt.datetime) -> CommandResult:
+               now: dt.datetime) -> CommandAnswer:
         resulting = (event.result_revision.value
                      if event.result_revision is not None else b"")
         if outcome.kind is TargetOutcomeKind.APPLIED:
-            return _result(command, pb.COMMAND_APPLIED, now, local_revision=resulting,
+            return _result(command, CommandResult.COMMAND_APPLIED, now, local_revision=resulting,
                            row_exists=event.operation is not Operation.DELETE)
         if outcome.kind is TargetOutcomeKind.ALREADY_APPLIED:
-            return _result(command, pb.COMMAND_ALREADY_APPLIED, now, outcome.reason_code,
+            return _result(command, CommandResult.COMMAND_ALREADY_APPLIED, now, outcome.reason_code,
                            local_revision=resulting,
                            row_exists=event.operation is not Operation.DELETE)
         if outcome.kind is TargetOutcomeKind.REJECTED:
-            return _result(command, pb.COMMAND_REJECTED, now, outcome.reason_code,
+            return _result(command, CommandResult.COMMAND_REJECTED, now, outcome.reason_code,
                            outcome.detail)
-        if command.kind is CommandKind.DECISION:
+        if command.kind is CommandKind.CONFLICT_DECISION:
             if _holds_decision(command, outcome):
-                return _result(command, pb.COMMAND_ALREADY_APPLIED, now, "SAME_REVISION",
+                return _result(command, CommandResult.COMMAND_ALREADY_APPLIED, now, "SAME_REVISION",
                                local_revision=resulting, row_exists=True)
             return _conflict(command, CommandReason.DECISION_STALE, outcome.reason_code,
                              outcome.current_row, outcome.current_revision, now)
@@ -244,21 +233,23 @@ def _micros(moment: dt.datetime) -> int:
     return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
 
 
-def _result(command: PreparedCommand, result: int, now: dt.datetime, reason: str = "",
+def _result(command: PreparedCommand, result: CommandResult, now: dt.datetime, reason: str = "",
             detail: str = "", *, local_revision: bytes = b"",
-            row_exists: bool = False) -> CommandResult:
+            row_exists: bool = False) -> CommandAnswer:
     acks = pb.CommandAcks(protocol_version=codec.PROTOCOL_VERSION)
-    acks.acks.add(command_id=command.command_id, sequence=command.sequence, result=result,
+    # The wire carries sync.proto's CommandResult number; the domain's names are the same.
+    acks.acks.add(command_id=command.command_id, sequence=command.sequence,
+                  result=pb.CommandResult.Value(result.value),
                   reason_code=str(reason), detail=detail[:500], local_revision=local_revision,
                   row_exists=row_exists, processed_at_micros=_micros(now))
-    return CommandResult(result, str(reason), local_revision, acks)
+    return CommandAnswer(result, str(reason), local_revision, acks)
 
 
 def _conflict(command: PreparedCommand, reason: str, detail: str,
               row: Mapping[str, Value] | None, revision: Revision | None,
-              now: dt.datetime) -> CommandResult:
+              now: dt.datetime) -> CommandAnswer:
     """CONFLICT_REPORTED with the ship's row as evidence: its non-key business columns."""
-    result = _result(command, pb.COMMAND_CONFLICT_REPORTED, now, reason,
+    result = _result(command, CommandResult.COMMAND_CONFLICT_REPORTED, now, reason,
                      f"the ship's row does not match the expected revision ({detail})",
                      local_revision=revision.value if revision is not None else b"",
                      row_exists=row is not None)

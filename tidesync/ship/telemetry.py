@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.ship.state import Health, PartitionBacklog, Watermark
+from tidesync.ship.state.reporting import Health, PartitionBacklog
+from tidesync.ship.state.watermarks import Watermark
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 

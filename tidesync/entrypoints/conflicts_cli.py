@@ -10,11 +10,22 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from tidesync.apps.conflicts import (
+    ConflictCommandError,
+    ConflictService,
+    Decision,
+    replacement_from_text,
+)
+from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.shore import open_pool
+from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
+from tidesync.domain.conflict_case import ConflictCase, ConflictRefused, DecisionSide
+from tidesync.shore.conflicts import PostgresRecordKeys, TargetRevisionReader
+from tidesync.shore.downlink import DownlinkUnavailable, open_downlink
+from tidesync.shore.worker import ShoreApps
 
 if TYPE_CHECKING:
-    from tidesync.domain.conflict_case import ConflictCase
-
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
@@ -72,22 +83,12 @@ class _Session:
     """The conflict applications and, when a command needs it, the shore target."""
 
     def __init__(self, config: Config) -> None:
-        from tidesync.bootstrap import event_store_env
-        from tidesync.shore.worker import ShoreApps, open_pool
-
         self.config = config
         self.apps = ShoreApps.open(event_store_env(config.event_store))
         self.pool = open_pool(config)
         self._readers: list[Any] = []
 
     def service(self) -> Any:
-        from tidesync.bootstrap import build_target_applier
-        from tidesync.shore.conflicts import (
-            ConflictService,
-            PostgresRecordKeys,
-            TargetRevisionReader,
-        )
-
         reader = TargetRevisionReader(lambda: build_target_applier(self.config.target),
                                       PostgresRecordKeys(self.pool))
         self._readers.append(reader)
@@ -177,9 +178,6 @@ def _describe(case: ConflictCase, values: bool) -> dict[str, object]:
 
 
 def _run_decide(args: argparse.Namespace) -> int:
-    from tidesync.domain.conflict_case import ConflictRefused, DecisionSide
-    from tidesync.shore.conflicts import ConflictCommandError, Decision, replacement_from_text
-
     session = _Session(_config(args))
     try:
         service = session.service()
@@ -210,9 +208,6 @@ def _run_decide(args: argparse.Namespace) -> int:
 
 
 def _run_cancel(args: argparse.Namespace) -> int:
-    from tidesync.domain.conflict_case import ConflictRefused
-    from tidesync.shore.conflicts import ConflictCommandError
-
     session = _Session(_config(args))
     try:
         outcome = session.service().cancel(_case_id(args.conflict_id),
@@ -228,11 +223,6 @@ def _run_cancel(args: argparse.Namespace) -> int:
 
 
 def _run_redispatch(args: argparse.Namespace) -> int:
-    from tidesync.bootstrap import event_store_env, postgres_conninfo
-    from tidesync.domain.conflict_case import ConflictRefused
-    from tidesync.shore.conflicts import ConflictCommandError
-    from tidesync.shore.downlink import DownlinkUnavailable, open_downlink
-
     config = _config(args)
     session = _Session(config)
     downlink = open_downlink(event_store_env(config.event_store),

@@ -20,16 +20,17 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import tidesync
-from tidesync.bootstrap import (
-    build_ingress,
+from tidesync.bootstrap.console import build_console
+from tidesync.bootstrap.event_store import (
     check_event_store,
     describe_event_store,
-    event_store_env,
-    postgres_conninfo,
 )
+from tidesync.bootstrap.ingress import build_ingress
+from tidesync.bootstrap.shore import attach_downlink
 from tidesync.config import Config
 from tidesync.domain.errors import TidesyncError
 from tidesync.graphql.console import Console
+from tidesync.graphql.http import ConsoleEndpoint
 from tidesync.ingress.routes import Ingress
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,7 @@ def create_app(config: Config, ingress: Ingress | None = None,
     sync_api = ingress if ingress is not None else build_ingress(config)
     if sync_api.downlink is None:
         attach_downlink(config, sync_api)
-    from tidesync.graphql.http import ConsoleEndpoint
-
     if console is None:
-        from tidesync.graphql.wiring import build_console
-
         console = build_console(config)
 
     @contextlib.asynccontextmanager
@@ -79,21 +76,6 @@ def create_app(config: Config, ingress: Ingress | None = None,
         *sync_api.routes(),
         Route("/graphql", ConsoleEndpoint(console), methods=["GET", "POST"]),
     ], lifespan=lifespan)
-
-
-def attach_downlink(config: Config, sync_api: Ingress) -> None:
-    """Serve GET /sync/v1/commands and POST /sync/v1/command-acks from the event store's
-    PostgreSQL database (opened on first use)."""
-    from tidesync.shore.downlink import LazyDownlink, open_downlink
-
-    env = event_store_env(config.event_store)
-    conninfo = postgres_conninfo(config.event_store)
-    sync_api.use_downlink(LazyDownlink(
-        lambda: open_downlink(env, conninfo, config.downlink.max_page_size)))
-
-
-
-
 
 
 def build_server(config: Config) -> uvicorn.Server:

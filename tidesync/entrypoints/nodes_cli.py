@@ -1,6 +1,6 @@
 """`tidesync nodes …`: register, rotate, revoke and list ship nodes (§17.1).
 
-`register_commands` is called by `tidesync.cli` while it builds the parser.
+`register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ import getpass
 import json
 import sys
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from tidesync.apps.master_key import MasterKeyError
+from tidesync.apps.nodes import Actor, NodeService, NodeSummary
+from tidesync.bootstrap.ingress import open_node_service
 from tidesync.config import Config, load_config
 from tidesync.domain.clock import utc_now
+from tidesync.domain.node import NodeError
 
 if TYPE_CHECKING:
-    from tidesync.ingress.nodes import Actor, NodeService, NodeSummary
-
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
@@ -136,8 +138,6 @@ def _summary_json(summary: NodeSummary) -> dict[str, object]:
 
 
 def _actor(args: argparse.Namespace) -> Actor:
-    from tidesync.ingress.nodes import Actor
-
     return Actor(args.actor or getpass.getuser(), args.reason, uuid.uuid4().hex)
 
 
@@ -145,9 +145,6 @@ def _with_service(args: argparse.Namespace,
                   run: Callable[[NodeService, dt.datetime], None], needs_key: bool) -> int:
     """Run a node command; expected failures print one line and exit 1."""
     from eventsourcing.persistence import PersistenceError
-
-    from tidesync.domain.node import NodeError
-    from tidesync.ingress.master_key import MasterKeyError
 
     config = load_config(args.config)
     try:
@@ -163,15 +160,5 @@ def _with_service(args: argparse.Namespace,
     return 0
 
 
-@contextmanager
-def _service(config: Config, needs_key: bool) -> Iterator[NodeService]:
-    from tidesync.bootstrap import event_store_env
-    from tidesync.ingress.master_key import SecretBox, load_master_key
-    from tidesync.ingress.nodes import NodesApplication, NodeService
-
-    box = SecretBox(load_master_key(config.shore, create=True)) if needs_key else None
-    app = NodesApplication(env=event_store_env(config.event_store))
-    try:
-        yield NodeService(app, box)
-    finally:
-        app.close()
+def _service(config: Config, needs_key: bool) -> AbstractContextManager[NodeService]:
+    return open_node_service(config, sealing=needs_key)

@@ -1,7 +1,7 @@
 """`tidesync users …` (console users: add prints a bearer token once, list, revoke) and
 `tidesync console schema` (the GraphQL schema in SDL).
 
-`register_commands` is called by `tidesync.cli` while it builds the parser.
+`register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from tidesync.apps.users import UsersApplication, UserService
+from tidesync.bootstrap.event_store import event_store_env
 from tidesync.config import Config, load_config
+from tidesync.domain.user import Role, UserError
+from tidesync.graphql.schema import schema_sdl
 
 if TYPE_CHECKING:
-    from tidesync.graphql.accounts import UserService
-
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 ROLES = ("viewer", "operator", "approver", "auditor", "admin")
@@ -68,8 +70,6 @@ def _add_actor(parser: argparse.ArgumentParser, default_reason: str | None) -> N
 
 
 def _run_add(args: argparse.Namespace) -> int:
-    from tidesync.domain.user import Role
-
     def run(service: UserService) -> None:
         issued = service.add(args.name, Role(args.role), _actor(args), args.reason,
                              uuid.uuid4().hex)
@@ -106,8 +106,6 @@ def _run_revoke(args: argparse.Namespace) -> int:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from tidesync.graphql.schema import schema_sdl
-
     print(schema_sdl(load_config(args.config).console))
     return 0
 
@@ -122,8 +120,6 @@ def _actor(args: argparse.Namespace) -> str:
 def _with_service(args: argparse.Namespace, run: Callable[[UserService], None]) -> int:
     """Run a user command; expected failures print one line and exit 1."""
     from eventsourcing.persistence import PersistenceError
-
-    from tidesync.domain.user import UserError
 
     config = load_config(args.config)
     try:
@@ -141,9 +137,6 @@ def _with_service(args: argparse.Namespace, run: Callable[[UserService], None]) 
 
 @contextmanager
 def _service(config: Config) -> Iterator[UserService]:
-    from tidesync.bootstrap import event_store_env
-    from tidesync.graphql.accounts import UsersApplication, UserService
-
     app = UsersApplication(env=event_store_env(config.event_store))
     try:
         yield UserService(app)

@@ -1,4 +1,4 @@
-"""The shore's event-sourced applications, each with its own events table.
+"""The event recorder of every tidesync application, each with its own events table.
 
 Saving an aggregate can carry `extra_statements`: SQL run in the same transaction as the
 events, so an index table (the inbox) never disagrees with the streams it summarises.
@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteCursor
+from eventsourcing.utils import Environment
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
 
-from tidesync.domain.apply_job import ApplyJob
-from tidesync.domain.conflict_case import ConflictCase
-from tidesync.domain.downlink_command import DownlinkCommand
-
 Statement = tuple[str, Sequence[object]]
+_App = TypeVar("_App", bound=Application[Any])
 _CREATE_ATTEMPTS = 8
 # One lock for every tidesync process creating event tables in a database: creating tables,
 # indexes and the insert function is serialised, so nobody meets a half-made catalog row.
@@ -88,53 +85,15 @@ class PostgresStatementsRecorder(PostgresApplicationRecorder):
         ))
 
 
-class SQLiteStatementsRecorder(SQLiteApplicationRecorder):
-    """The SQLite twin of PostgresStatementsRecorder."""
-
-    def _insert_events(self, c: SQLiteCursor, stored_events: Sequence[StoredEvent],
-                       **kwargs: Any) -> Sequence[int] | None:
-        returning = super()._insert_events(c, stored_events, **kwargs)
-        for sql, params in kwargs.get("extra_statements", ()):
-            c.execute(sql, params)
-        return returning
+RECORDER_TOPIC = "tidesync.apps.recorder:PostgresStatementsRecorder"
+"""The `eventsourcing` topic of the recorder every tidesync application uses."""
 
 
 def with_statement_recorder(env: dict[str, str]) -> dict[str, str]:
     """The event store env with the recorder that understands `extra_statements`."""
-    module = env.get("PERSISTENCE_MODULE", "")
-    recorder = (PostgresStatementsRecorder if module.endswith("postgres")
-                else SQLiteStatementsRecorder)
-    return {**env, "APPLICATION_RECORDER_TOPIC": f"{recorder.__module__}:{recorder.__qualname__}"}
+    return {**env, "APPLICATION_RECORDER_TOPIC": RECORDER_TOPIC}
 
 
-class ApplyJobs(Application[Any]):
-    """ApplyJob streams: the lifecycle of every received event on its way to the target."""
-
-    name = "apply_jobs"
-
-    def get_job(self, job_id: object) -> ApplyJob:
-        job: object = self.repository.get(job_id)
-        assert isinstance(job, ApplyJob)
-        return job
-
-
-class ConflictCases(Application[Any]):
-    """ConflictCase streams: evidence and, later, arbitration of concurrent updates."""
-
-    name = "conflict_cases"
-
-    def get_case(self, conflict_id: object) -> ConflictCase:
-        case: object = self.repository.get(conflict_id)
-        assert isinstance(case, ConflictCase)
-        return case
-
-
-class Downlink(Application[Any]):
-    """DownlinkCommand streams: every shore-to-ship command and the ship's answer to it."""
-
-    name = "downlink"
-
-    def get_command(self, command_id: object) -> DownlinkCommand:
-        command: object = self.repository.get(command_id)
-        assert isinstance(command, DownlinkCommand)
-        return command
+def open_application(cls: type[_App], env: Mapping[str, str]) -> _App:
+    """`cls` over the event store `env`, in its own events table, with the recorder above."""
+    return cls(env=Environment(cls.name, with_statement_recorder(dict(env))))

@@ -9,8 +9,12 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from tidesync.apps.operations import OperationsApplication
+from tidesync.bootstrap.event_store import event_store_env
+from tidesync.bootstrap.shore import open_pool
 from tidesync.config import load_config
 from tidesync.domain.clock import utc_now
+from tidesync.shore.shore_cdc_holds import HoldRefused, ShoreCdcHolds
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -35,9 +39,6 @@ def add_cdc_commands(shore_commands: Commands) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from tidesync.shore.shore_cdc_holds import ShoreCdcHolds
-    from tidesync.shore.worker import open_pool
-
     pool = open_pool(load_config(args.config))
     try:
         holds = ShoreCdcHolds(pool).holds()
@@ -51,11 +52,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from tidesync.bootstrap import event_store_env
-    from tidesync.projections.operations import OperationsApplication
-    from tidesync.shore.shore_cdc_holds import HoldRefused, ShoreCdcHolds
-    from tidesync.shore.worker import open_pool
-
     config = load_config(args.config)
     pool = open_pool(config)
     operations = OperationsApplication(env=event_store_env(config.event_store))

@@ -1,14 +1,12 @@
-"""Operator actions that change no other aggregate (a projection rebuild): an `OperatorAction`
-stream each, in the `operations` application, so they reach the audit view with actor and reason.
+"""An operator action that changes no other aggregate (a projection rebuild): what was asked on
+which target, by whom and why, then how it ended.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any
 
-from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
 from tidesync.domain.errors import TidesyncError
@@ -62,14 +60,3 @@ class OperatorAction(Aggregate):
         self.outcome = "FAILED"
         self.details = {"error": error}
         self.finished_at = at
-
-
-class OperationsApplication(Application[Any]):
-    """OperatorAction streams, in their own events table."""
-
-    name = "operations"
-
-    def action(self, action_id: uuid.UUID) -> OperatorAction:
-        action: object = self.repository.get(action_id)
-        assert isinstance(action, OperatorAction)
-        return action

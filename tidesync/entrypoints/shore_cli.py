@@ -1,7 +1,7 @@
 """Subcommands of `tidesync` for the shore: `shore serve`, `shore work`, `shore cdc`,
 `jobs list|replay`.
 
-`register_commands` is called by `tidesync.cli` while it builds the parser.
+`register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
 
 from __future__ import annotations
@@ -12,8 +12,16 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from tidesync.apps.jobs import ReplayRefused, replay, summarize
+from tidesync.bootstrap.event_store import event_store_env
+from tidesync.bootstrap.shore import build_worker, open_work_queue
+from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
-from tidesync.shore.cdc_commands import add_cdc_commands
+from tidesync.domain.apply_job import ErrorClass
+from tidesync.entrypoints.http import serve_and_report
+from tidesync.entrypoints.shore_cdc_cli import add_cdc_commands
+from tidesync.shore.processor import ProcessorSettings
+from tidesync.shore.worker import ShoreApps, settle_startup_heap
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -58,16 +66,10 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from tidesync.shore.server import serve_and_report
-
     return serve_and_report(_config(args), args.duration)
 
 
 def _run_work(args: argparse.Namespace) -> int:
-    from tidesync.bootstrap import build_target_applier
-    from tidesync.shore.processor import ProcessorSettings
-    from tidesync.shore.worker import build_worker, settle_startup_heap
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = _config(args)
     applier = build_target_applier(config.target)
@@ -93,9 +95,6 @@ def _run_work(args: argparse.Namespace) -> int:
 
 
 def _run_jobs_list(args: argparse.Namespace) -> int:
-    from tidesync.shore.jobs import summarize
-    from tidesync.shore.worker import open_work_queue
-
     queue = open_work_queue(_config(args))
     try:
         rows = summarize(queue, args.node)
@@ -112,11 +111,6 @@ def _run_jobs_list(args: argparse.Namespace) -> int:
 
 
 def _run_jobs_replay(args: argparse.Namespace) -> int:
-    from tidesync.bootstrap import event_store_env
-    from tidesync.domain.apply_job import ErrorClass
-    from tidesync.shore.jobs import ReplayRefused, replay
-    from tidesync.shore.worker import ShoreApps, open_work_queue
-
     try:
         error_class = ErrorClass(args.error_class.upper())
     except ValueError:

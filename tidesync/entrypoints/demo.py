@@ -41,6 +41,20 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tidesync.apps.nodes import Actor
+from tidesync.bootstrap.event_store import postgres_conninfo
+from tidesync.bootstrap.ingress import open_node_service
+from tidesync.bootstrap.shore import build_worker
+from tidesync.bootstrap.target import build_target_applier
+from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
+from tidesync.capture.runner import (
+    CaptureStats,
+    Checkpointer,
+    KafkaEnvelopePublisher,
+    SQLitePositionStore,
+    topic_prefix,
+)
+from tidesync.capture.sqlite import SQLiteChangelogCapture, enable_sqlite_capture
 from tidesync.config import (
     CaptureConfig,
     CaptureSource,
@@ -50,15 +64,23 @@ from tidesync.config import (
     ShipConfig,
     TargetConfig,
 )
-from tidesync.demo_both_ways import (
+from tidesync.domain.clock import utc_now
+from tidesync.domain.errors import TidesyncError
+from tidesync.embedded_store import stop_server
+from tidesync.entrypoints.demo_both_ways import (
     SHORE_PREFIX,
     HeldRow,
     both_ways_settings,
     run_both_ways,
     write_config_file,
 )
-from tidesync.domain.clock import utc_now
-from tidesync.domain.errors import TidesyncError
+from tidesync.entrypoints.http import BackgroundServer, create_app
+from tidesync.localservices import TansuBroker
+from tidesync.ship.client import build_client
+from tidesync.ship.state import SQLiteShipState, StateStoreError
+from tidesync.shore.processor import ProcessorSettings
+from tidesync.target.contract import LEDGER_TABLE
+from tidesync.target.schema import enable_sqlite_table
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +181,6 @@ def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
 def prepare_databases(paths: DemoPaths) -> None:
     """Both business databases get the tables, enabled for sync, then for capture (after the
     sync triggers: the capture triggers must be the newer ones)."""
-    from tidesync.capture.sqlite import enable_sqlite_capture
-    from tidesync.target.schema import enable_sqlite_table
-
     for path, node_id, capture in ((paths.ship_business, SHIP_NODE_ID, True),
                                    (paths.shore_business, SHORE_NODE_ID, True)):
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
@@ -309,17 +328,8 @@ class Progress:
 
 def register_node(config: Config) -> str:
     """Register the ship as a node on the shore; returns its signing secret (text)."""
-    from tidesync.bootstrap import event_store_env
-    from tidesync.ingress.master_key import SecretBox, load_master_key
-    from tidesync.ingress.nodes import Actor, NodesApplication, NodeService
-
-    box = SecretBox(load_master_key(config.shore, create=True))
-    app = NodesApplication(env=event_store_env(config.event_store))
-    try:
-        issued = NodeService(app, box).register(
-            SHIP_NODE_ID, Actor("demo", "embedded-default demo"), utc_now())
-    finally:
-        app.close()
+    with open_node_service(config, sealing=True) as nodes:
+        issued = nodes.register(SHIP_NODE_ID, Actor("demo", "embedded-default demo"), utc_now())
     return issued.text
 
 
@@ -355,8 +365,6 @@ def run_demo(args: argparse.Namespace, base: Config,
 def stop_event_store(paths: DemoPaths) -> None:
     """Stop the embedded PostgreSQL server of an earlier run (one left running by a killed
     demo included) before its directory is cleared."""
-    from tidesync.embedded_store import stop_server
-
     stop_server(paths.events)
 
 
@@ -366,23 +374,6 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str,
          stack: contextlib.ExitStack, out: Callable[[str], None]) -> int:
-    from tidesync.bootstrap import build_target_applier, postgres_conninfo
-    from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
-    from tidesync.capture.runner import (
-        CaptureStats,
-        Checkpointer,
-        KafkaEnvelopePublisher,
-        SQLitePositionStore,
-        topic_prefix,
-    )
-    from tidesync.capture.sqlite import SQLiteChangelogCapture
-    from tidesync.localservices import TansuBroker
-    from tidesync.ship.client import build_client
-    from tidesync.shore.processor import ProcessorSettings
-    from tidesync.shore.server import BackgroundServer, create_app
-    from tidesync.shore.worker import build_worker
-    from tidesync.target.contract import LEDGER_TABLE
-
     started = time.monotonic()
     broker = stack.enter_context(TansuBroker())
     out(f"broker (tansu) listening on {broker.bootstrap_servers}")
@@ -557,8 +548,6 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
 
 def ship_counts(paths: DemoPaths, group_id: str) -> dict[str, int]:
     """The ship's events by state; empty until the ship client has made its state store."""
-    from tidesync.ship.state import SQLiteShipState, StateStoreError
-
     if not paths.ship_state.exists():
         return {}
     try:

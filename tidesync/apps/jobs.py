@@ -1,17 +1,37 @@
 """Operator views of apply work: what is dead, rejected or waiting, and replay by error class.
 
-A replay is an event on each affected ApplyJob stream, carrying who asked and why. Both work on
-any `WorkQueue` (PostgreSQL or SQLite).
+A replay is an event on each affected ApplyJob stream, carrying who asked and why, saved with the
+work index updates that send the events back to PENDING.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from tidesync.apps.apply_jobs import ApplyJobsApplication
+from tidesync.apps.recorder import Statement
 from tidesync.domain.apply_job import REPLAYABLE_CLASSES, ErrorClass
 from tidesync.domain.errors import TidesyncError
-from tidesync.shore.apps import ApplyJobs
-from tidesync.shore.work_queue import WorkQueue
+
+OpenEventCount = tuple[str, str, str | None, str | None, str | None, int]
+"""(origin node, state, result, error class, reason code, events) of events not applied."""
+
+ReplayItem = tuple[str, uuid.UUID, tuple[str, str, int, int]]
+"""(origin node, event id, partition key) of one event to replay."""
+
+
+class JobQueue(Protocol):
+    """What the operator views need of the apply work index."""
+
+    def open_event_counts(self, node: str | None = None) -> list[OpenEventCount]: ...
+
+    def replayable(self, error_class: str, node: str | None = None
+                   ) -> dict[uuid.UUID, list[ReplayItem]]: ...
+
+    def replay_statements(self, items: Sequence[ReplayItem]) -> list[Statement]: ...
 
 
 @dataclass(frozen=True)
@@ -28,12 +48,12 @@ class ReplayRefused(TidesyncError):
     """The requested class may not be replayed (MALFORMED never is)."""
 
 
-def summarize(queue: WorkQueue, node: str | None = None) -> list[JobSummaryRow]:
+def summarize(queue: JobQueue, node: str | None = None) -> list[JobSummaryRow]:
     """Counts of non-applied events by node, state, result, class and reason."""
     return [JobSummaryRow(*row) for row in queue.open_event_counts(node)]
 
 
-def replay(queue: WorkQueue, apply_jobs: ApplyJobs, error_class: ErrorClass, actor: str,
+def replay(queue: JobQueue, apply_jobs: ApplyJobsApplication, error_class: ErrorClass, actor: str,
            reason: str, node: str | None = None) -> int:
     """Send DEAD or REJECTED events of one class back to PENDING; returns how many."""
     if error_class not in REPLAYABLE_CLASSES:

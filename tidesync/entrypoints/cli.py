@@ -12,15 +12,17 @@ import sys
 from collections.abc import Sequence
 
 from tidesync.config import Config, ConfigError, load_config
+from tidesync.entrypoints.demo import main_entry
+from tidesync.ship.inspect import add_inspect_debezium_arguments
 
 COMMAND_MODULES = (
-    "tidesync.shore.commands",
-    "tidesync.shore.conflict_commands",
-    "tidesync.ingress.commands",
+    "tidesync.entrypoints.shore_cli",
+    "tidesync.entrypoints.conflicts_cli",
+    "tidesync.entrypoints.nodes_cli",
     "tidesync.target.commands",
     "tidesync.ship.commands",
-    "tidesync.projections.commands",
-    "tidesync.graphql.commands",
+    "tidesync.entrypoints.projections_cli",
+    "tidesync.entrypoints.console_cli",
 )
 """Modules that add subcommands: each has `register_commands(commands)`."""
 
@@ -74,8 +76,6 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     debezium = kinds.add_parser(
         "debezium", help="normalize one Debezium MySQL record and print the outcome as JSON",
     )
-    from tidesync.ship.inspect import add_inspect_debezium_arguments
-
     add_inspect_debezium_arguments(debezium)
 
 
@@ -97,8 +97,6 @@ def _run_config_check(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     """The embedded default: everything local, state under one data directory."""
     config = _load(args)
-    from tidesync.demo import main_entry
-
     return main_entry(args, config)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tidesync.config import ShoreConfig
 from tidesync.domain.errors import TidesyncError
 
 KEY_BYTES = 32
@@ -26,15 +25,16 @@ class MasterKeyError(TidesyncError):
     """The master key is missing, malformed, readable by others, or does not open a secret."""
 
 
-def load_master_key(shore: ShoreConfig, *, create: bool = False) -> bytes:
-    """The key from `shore.master_key` (base64), else from `shore.master_key_file`.
+def load_master_key(key_text: str, key_file: str | Path, *, create: bool = False) -> bytes:
+    """The key from `key_text` (base64, the `shore.master_key` setting) when set, else from
+    `key_file` (`shore.master_key_file`).
 
     With `create`, a missing file is created with a fresh random key and mode 0600. A file
     that group or others can read is refused.
     """
-    if shore.master_key:
-        return _decode_key(shore.master_key, "shore.master_key")
-    path = Path(shore.master_key_file)
+    if key_text:
+        return _decode_key(key_text, "shore.master_key")
+    path = Path(key_file)
     if not path.exists():
         if not create:
             raise MasterKeyError(f"master key file {path} does not exist")

@@ -16,9 +16,10 @@ from typing import Protocol
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.recorder import Statement
 from tidesync.domain.change_event import Revision
 from tidesync.domain.conflict_case import ConflictCase, active_conflict_key, conflict_id_for
-from tidesync.shore.apps import ConflictCases, Statement
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def decided_revision_statements(case: ConflictCase) -> list[Statement]:
             for revision in sorted(weighed_revisions(case))]
 
 
-def capture_conflict(conflicts: ConflictCases, active: ActiveConflicts, *, rule_id: str,
+def capture_conflict(conflicts: ConflictCasesApplication, active: ActiveConflicts, *, rule_id: str,
                      digest: str, database: str, table: str, rule_version: int | None,
                      current: Revision | None, incoming: Revision | None,
                      evidence: Mapping[str, object], actor: str, reason: str,

@@ -1,5 +1,6 @@
 """Subcommands of `tidesync` for the read side: `projections list|status|rebuild` and
-`audit history`. `register_commands` is called by `tidesync.cli` while it builds the parser.
+`audit history`. `register_commands` is called by `tidesync.entrypoints.cli` while it builds
+the parser.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
 
+from tidesync.bootstrap.event_store import event_store_env
+from tidesync.bootstrap.shore import open_pool, view_settings
 from tidesync.config import Config, load_config
+from tidesync.domain.operator_action import OperatorActionError
+from tidesync.projections.catalogue import default_catalogue
+from tidesync.projections.engine import Pool
+from tidesync.projections.history import HistoryError, aggregate_events, diff_versions, state_at
+from tidesync.projections.rebuild import RebuildError, RebuildProgress, rebuild_view
+from tidesync.projections.registry import Catalogue, OpenApplications, RegistryError
+from tidesync.projections.views import list_views, view_status
 
 if TYPE_CHECKING:
     from eventsourcing.application import Application
-
-    from tidesync.projections.engine import Pool
-    from tidesync.projections.rebuild import RebuildProgress
-    from tidesync.projections.registry import Catalogue, OpenApplications
 
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -81,22 +87,15 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _catalogue(config: Config) -> Catalogue:
-    from tidesync.projections.catalogue import default_catalogue
-    from tidesync.projections.registry import ViewSettings
-
-    return default_catalogue(ViewSettings.from_config(config))
+    return default_catalogue(view_settings(config))
 
 
 @contextmanager
 def _read_side(config: Config, *, pool_needed: bool = True,
                ) -> Iterator[tuple[Catalogue, OpenApplications, Pool | None]]:
-    from tidesync.bootstrap import event_store_env
-
     catalogue = _catalogue(config)
     pool = None
     if pool_needed:
-        from tidesync.shore.worker import open_pool
-
         pool = open_pool(config)
     try:
         apps = catalogue.open_applications(event_store_env(config.event_store))
@@ -115,9 +114,6 @@ def _read_side(config: Config, *, pool_needed: bool = True,
 
 
 def _run_list(args: argparse.Namespace) -> int:
-    from tidesync.projections.catalogue import default_catalogue
-    from tidesync.projections.views import list_views
-
     views = list_views(default_catalogue())
     if args.json:
         print(json.dumps([{"name": v.name, "description": v.description,
@@ -132,9 +128,6 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from tidesync.projections.registry import RegistryError
-    from tidesync.projections.views import view_status
-
     try:
         config = _config(args)
         with _read_side(config) as (catalogue, apps, pool):
@@ -186,10 +179,6 @@ def _duration(seconds: float) -> str:
 
 
 def _run_rebuild(args: argparse.Namespace) -> int:
-    from tidesync.projections.operations import OperatorActionError
-    from tidesync.projections.rebuild import RebuildError, rebuild_view
-    from tidesync.projections.registry import RegistryError
-
     progress = ProgressPrinter(sys.stderr)
     try:
         config = _config(args)
@@ -258,8 +247,6 @@ class ProgressPrinter:
 
 
 def _run_history(args: argparse.Namespace) -> int:
-    from tidesync.projections.history import HistoryError
-
     at = None
     if args.at is not None:
         try:
@@ -277,8 +264,6 @@ def _run_history(args: argparse.Namespace) -> int:
 
 def _history(apps: dict[str, Application[Any]] | OpenApplications, catalogue: Catalogue,
              args: argparse.Namespace, at: dt.datetime | None) -> dict[str, object]:
-    from tidesync.projections.history import aggregate_events, diff_versions, state_at
-
     if args.diff is not None:
         changes = diff_versions(apps, args.kind, args.aggregate_id, args.diff[0], args.diff[1],
                                 catalogue)

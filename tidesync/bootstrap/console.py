@@ -1,0 +1,57 @@
+"""Builds the console from a Config: the event store, the read-model database, the shore
+target (for current revisions) and the master key (for node secrets)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from eventsourcing.application import Application
+
+from tidesync.apps.downlink import DownlinkApplication
+from tidesync.apps.master_key import SecretBox
+from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.ingress import secret_box
+from tidesync.bootstrap.shore import view_settings
+from tidesync.bootstrap.target import build_target_applier
+from tidesync.config import Config
+from tidesync.graphql.console import Console, ConsoleStores
+from tidesync.migrations import migrate_postgres
+from tidesync.projections.catalogue import default_catalogue
+from tidesync.shore.conflicts import Pool, PostgresRecordKeys, TargetRevisionReader
+from tidesync.shore.downlink import DownlinkService
+from tidesync.shore.work_queue import PostgresWorkQueue
+from tidesync.target.contract import TargetApplier
+
+
+def build_console(config: Config) -> Console:
+    """The console over the configured stores."""
+
+    def open_target() -> TargetApplier:
+        # The same applier `shore work` and `tidesync conflicts decide` use (MySQL or SQLite).
+        return build_target_applier(config.target)
+
+    stores = console_stores(
+        event_store_env(config.event_store), postgres_conninfo(config.event_store), open_target,
+        lambda: secret_box(config.shore, create=True), config.event_store.postgres_pool_size)
+    return Console(config.console, stores, catalogue=default_catalogue(view_settings(config)))
+
+
+def console_stores(env: dict[str, str], conninfo: str, open_target: Callable[[], TargetApplier],
+                   open_box: Callable[[], SecretBox], pool_size: int = 4) -> ConsoleStores:
+    """The console's stores and adapters over one event store database and shore target."""
+
+    def open_revisions(pool: Pool) -> TargetRevisionReader:
+        return TargetRevisionReader(open_target, PostgresRecordKeys(pool))
+
+    def open_downlink(app: Application[Any]) -> DownlinkService:
+        assert isinstance(app, DownlinkApplication)
+        return DownlinkService(app)
+
+    def migrate() -> None:
+        migrate_postgres(conninfo)
+
+    return ConsoleStores(
+        event_store_env=env, conninfo=conninfo, migrate=migrate, open_revisions=open_revisions,
+        open_queue=PostgresWorkQueue, open_downlink=open_downlink, open_box=open_box,
+        pool_size=pool_size)

@@ -1,0 +1,290 @@
+"""Recording a poll's queue records in the ship state store (§7.5, §7.6, §12).
+
+Looks up what the store knows (rows at re-read positions, captures recorded before, platform
+writes this ship applied), lets `tidesync.domain.ship_intake` decide, and stores the decisions
+and the partition's new watermark in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import sqlite3
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from tidesync.cdc.kafka import PartitionKey
+from tidesync.cdc.outcomes import Block, Normalized, Outcome
+from tidesync.cdc.platform_writes import platform_event_id
+from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
+from tidesync.domain.ship_intake import (
+    EventState,
+    IntakeContext,
+    IntakeDecision,
+    ReadRecord,
+    RecordKind,
+    RereadAction,
+    StateReason,
+    StoredRecord,
+    Tally,
+    decide_fresh,
+    decide_reread,
+    record_id,
+)
+from tidesync.ship.state.database import ShipStateDatabase
+from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
+
+_INSERT_EVENT = (
+    "INSERT INTO event_state (event_id, direction, topic, kafka_partition, kafka_offset,"
+    " replay_epoch, rule_id, state, result, reason, detail, source_sequence, bytes, key_digest,"
+    " capture_id, duplicate_of, captured_at, business_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CAPTURE_FIELDS = ("gtid", "server_id", "binlog_file", "binlog_position", "binlog_row",
+                   "snapshot")
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """One record read from the queue, with what the normalizer made of it."""
+
+    topic: str
+    partition: int
+    offset: int
+    outcome: Outcome
+    size: int
+    key_digest: bytes | None
+    # Set when the change was written by the platform (a remote apply): the id in its
+    # _sync_event_id (b"" when that is not a readable id). See `platform_write_id`.
+    platform_id: bytes | None = None
+
+
+@dataclass
+class Recorded:
+    """What recording a poll's records decided."""
+
+    sendable: list[ChangeEvent] = field(default_factory=list)
+    sizes: dict[uuid.UUID, int] = field(default_factory=dict)
+    awaiting_receipt: int = 0
+    new_events: int = 0
+    rereads: int = 0
+    skipped: int = 0
+    blocked: int = 0
+    duplicates: int = 0
+
+    def count(self, tally: Tally) -> None:
+        if tally is Tally.NEW_EVENT:
+            self.new_events += 1
+        elif tally is Tally.SKIPPED:
+            self.skipped += 1
+        elif tally is Tally.BLOCKED:
+            self.blocked += 1
+        else:
+            self.duplicates += 1
+
+    def send(self, event: ChangeEvent, source_sequence: int | None, size: int) -> None:
+        self.sendable.append(replace(event, source_sequence=source_sequence))
+        self.sizes[event.event_id] = size
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+def queue_key_digest(key: bytes | None) -> bytes | None:
+    """A 16-byte digest of a queue record key: one business key, without its values."""
+    return None if key is None else hashlib.sha256(key).digest()[:16]
+
+
+def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
+    """A digest of where the capture read the change (binlog coordinates and row, table, queue
+    key, operation), so that a record the capture emitted again after a crash is recognised;
+    None when unknown. A new replay epoch sends everything again on purpose, so the epoch is
+    part of it."""
+    details = event.source_details
+    if details.get("binlog_file") is None or details.get("binlog_position") is None:
+        return None
+    parts = [repr(details.get(name)) for name in _CAPTURE_FIELDS]
+    parts += [repr(event.database), repr(event.table), repr(record_key),
+              event.operation.value, str(event.replay_epoch)]
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()[:16]
+
+
+def platform_write_id(event: ChangeEvent) -> bytes | None:
+    """The 16-byte id of the platform write this change is (see
+    `tidesync.cdc.platform_writes`), or None for a local business write; b"" when its
+    `_sync_event_id` is not a readable id (it can then never be proven). A delete whose id
+    cannot be read cannot carry the tombstone mark of that id, so it is a local delete."""
+    found = platform_event_id(event)
+    if isinstance(found, uuid.UUID):
+        return found.bytes
+    return None if found is None or event.operation is Operation.DELETE else b""
+
+
+def rule_of(event: ChangeEvent) -> str:
+    """The rule an event belongs to; without a rule runtime each table is its own rule."""
+    return event.rule_id or table_rule(event.database, event.table)
+
+
+def _micros(moment: dt.datetime | None) -> int | None:
+    if moment is None:
+        return None
+    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+class SQLiteIntake:
+    """Records queue records: new ones get the next source sequence of their partition;
+    records read before (after a restart) find their row by position and keep its sequence
+    and state."""
+
+    def __init__(self, database: ShipStateDatabase, watermarks: SQLiteWatermarks,
+                 blocked_keys: BlockedKeys) -> None:
+        self.database = database
+        self.watermarks = watermarks
+        self.blocked_keys = blocked_keys
+
+    def record(self, items: Sequence[Consumed], replay_epoch: int) -> Recorded:
+        """Record a poll's records in one transaction (per partition in offset order)."""
+        recorded = Recorded()
+        by_partition: dict[PartitionKey, list[Consumed]] = {}
+        for item in items:
+            by_partition.setdefault(PartitionKey(item.topic, item.partition), []).append(item)
+        with self.database.transaction() as conn:
+            for key, records in by_partition.items():
+                self._record_partition(conn, key, records, replay_epoch, recorded)
+        return recorded
+
+    def _record_partition(self, conn: sqlite3.Connection, key: PartitionKey,
+                          records: list[Consumed], replay_epoch: int,
+                          recorded: Recorded) -> None:
+        watermark = self.watermarks.watermark_in(conn, key)
+        if watermark is None:
+            watermark = self.watermarks.create(conn, key, replay_epoch, records[0].offset)
+        read_offset = watermark.read_offset
+        reread = [r for r in records if r.offset <= read_offset]
+        existing = self._rows_at(conn, key, replay_epoch, reread) if reread else {}
+        fresh = [r for r in records if r.offset > read_offset]
+        for item in reread:
+            self._reread(conn, item, existing.get(item.offset), replay_epoch, recorded)
+        next_sequence = self._record_fresh(conn, key, fresh, watermark.next_source_sequence,
+                                           replay_epoch, recorded)
+        read_offset = max([read_offset, *(item.offset for item in fresh)])
+        self.watermarks.advance(conn, watermark, read_offset, next_sequence)
+
+    def _record_fresh(self, conn: sqlite3.Connection, key: PartitionKey, fresh: list[Consumed],
+                      next_sequence: int, replay_epoch: int, recorded: Recorded) -> int:
+        """Decide and store records read for the first time; returns the next sequence."""
+        read = [self._read_record(item, replay_epoch) for item in fresh]
+        blocked_keys = self.blocked_keys.of(key)
+        context = IntakeContext(
+            next_sequence, frozenset(blocked_keys),
+            self._known_captures(conn, (r.capture_id for r in read)),
+            self._proven_platform_writes(conn, (r.platform_id for r in read)))
+        now = self.database.now_text()
+        decided = decide_fresh(read, context)
+        blocked_keys.update(decided.context.blocked_keys)
+        rows = []
+        for item, record, decision in zip(fresh, read, decided.decisions, strict=True):
+            recorded.count(decision.tally)
+            if decision.sendable and isinstance(item.outcome, Normalized):
+                recorded.send(item.outcome.event, decision.source_sequence, item.size)
+            if decision.state is not None:
+                rows.append(self._row(item, record, decision, replay_epoch, now))
+        conn.executemany(_INSERT_EVENT, rows)
+        return decided.context.next_sequence
+
+    def _read_record(self, item: Consumed, replay_epoch: int) -> ReadRecord:
+        """The record as the intake policy sees it."""
+        outcome = item.outcome
+        if isinstance(outcome, Block):
+            row_id = record_id(self.database.origin_node_id, replay_epoch, item.topic,
+                               item.partition, item.offset)
+            return ReadRecord(item.offset, RecordKind.BLOCK, row_id, item.key_digest,
+                              block_reason=outcome.reason.value, block_detail=outcome.detail)
+        if isinstance(outcome, Normalized):
+            return ReadRecord(item.offset, RecordKind.EVENT, outcome.event.event_id,
+                              item.key_digest, capture_id(outcome.event, item.key_digest),
+                              item.platform_id)
+        return ReadRecord(item.offset, RecordKind.SKIP, key_digest=item.key_digest)
+
+    def _row(self, item: Consumed, record: ReadRecord, decision: IntakeDecision,
+             replay_epoch: int, now: str) -> tuple[object, ...]:
+        """The event_state row of a decided record."""
+        assert record.row_id is not None and decision.state is not None
+        event = item.outcome.event if isinstance(item.outcome, Normalized) else None
+        rule = None if event is None else rule_of(event)
+        times = ((None, None) if event is None
+                 else (_micros(event.captured_at), _micros(event.business_occurred_at)))
+        return (record.row_id.bytes, self.database.direction.value, item.topic, item.partition,
+                item.offset, replay_epoch, rule, decision.state.value, decision.result,
+                decision.reason, decision.detail, decision.source_sequence, item.size,
+                item.key_digest, decision.capture_id, decision.duplicate_of, *times, now)
+
+    def _rows_at(self, conn: sqlite3.Connection, key: PartitionKey, replay_epoch: int,
+                 items: list[Consumed]) -> dict[int, StoredRecord]:
+        rows = conn.execute(
+            "SELECT kafka_offset, event_id, state, source_sequence FROM event_state"
+            " WHERE topic = ? AND kafka_partition = ? AND kafka_offset BETWEEN ? AND ?"
+            " AND replay_epoch = ? AND direction = ?",
+            (key.topic, key.partition, items[0].offset, items[-1].offset, replay_epoch,
+             self.database.direction.value)).fetchall()
+        return {row[0]: StoredRecord(row[1], EventState(row[2]), row[3]) for row in rows}
+
+    def _reread(self, conn: sqlite3.Connection, item: Consumed, stored: StoredRecord | None,
+                replay_epoch: int, recorded: Recorded) -> None:
+        """A record read again after a restart: its row decides, never a second sequence."""
+        recorded.rereads += 1
+        action = decide_reread(self._read_record(item, replay_epoch), stored)
+        if action is RereadAction.SKIP:
+            recorded.skipped += 1
+        elif action is RereadAction.BLOCK_NEW:
+            self._insert_mismatch(conn, item, replay_epoch)
+            recorded.blocked += 1
+        elif action is RereadAction.BLOCK_STORED and stored is not None:
+            conn.execute("UPDATE event_state SET state = 'BLOCKED', reason = ?, detail = ?"
+                         " WHERE event_id = ?",
+                         (StateReason.REREAD_MISMATCH.value,
+                          "the record reads differently than when it was first recorded",
+                          stored.row_id))
+            recorded.blocked += 1
+        elif (action is RereadAction.SEND and stored is not None
+              and isinstance(item.outcome, Normalized)):
+            recorded.send(item.outcome.event, stored.source_sequence, item.size)
+        elif action is RereadAction.AWAIT_RECEIPT:
+            recorded.awaiting_receipt += 1
+
+    def _insert_mismatch(self, conn: sqlite3.Connection, item: Consumed,
+                         replay_epoch: int) -> None:
+        """It was skipped before and is not now: its place in the sequence is gone."""
+        row_id = record_id(self.database.origin_node_id, replay_epoch, item.topic,
+                           item.partition, item.offset)
+        conn.execute(
+            "INSERT OR IGNORE INTO event_state (event_id, direction, topic, kafka_partition,"
+            " kafka_offset, replay_epoch, state, reason, detail, bytes, key_digest, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'BLOCKED', ?, ?, ?, ?, ?)",
+            (row_id.bytes, self.database.direction.value, item.topic, item.partition,
+             item.offset, replay_epoch, StateReason.REREAD_MISMATCH.value,
+             "a record skipped when first read is an event or a block now", item.size,
+             item.key_digest, self.database.now_text()))
+
+    def _known_captures(self, conn: sqlite3.Connection,
+                        wanted: Iterable[bytes | None]) -> dict[bytes, bytes]:
+        """capture id → event id of the rows that already hold these capture coordinates."""
+        found: dict[bytes, bytes] = {}
+        for cid in filter(None, wanted):
+            row = conn.execute("SELECT event_id FROM event_state WHERE capture_id = ?",
+                               (cid,)).fetchone()
+            if row is not None:
+                found[cid] = row[0]
+        return found
+
+    def _proven_platform_writes(self, conn: sqlite3.Connection,
+                                wanted: Iterable[bytes | None]) -> frozenset[bytes]:
+        """The platform write ids this ship applied (applied_command proves them ours)."""
+        return frozenset(
+            applied_id for applied_id in set(filter(None, wanted))
+            if conn.execute("SELECT 1 FROM applied_command WHERE applied_id = ?",
+                            (applied_id,)).fetchone() is not None)
