@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 
 class CaptureErrorReason(enum.StrEnum):
@@ -23,6 +23,8 @@ class CaptureErrorReason(enum.StrEnum):
 
 class CaptureError(TidesyncError):
     """Capture cannot go on; nothing past the last saved position counts as published."""
+
+    code = ErrorCode.CAPTURE_FAILED
 
     def __init__(self, reason: CaptureErrorReason, message: str) -> None:
         super().__init__(f"{reason.value}: {message}")

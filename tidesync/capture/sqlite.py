@@ -30,6 +30,8 @@ from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from pathlib import Path
 from typing import Any
 
+from tidesync.capture.change_records import RowChange
+from tidesync.capture.checkpointer import CaptureStats, Checkpointer
 from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
@@ -39,7 +41,7 @@ from tidesync.capture.envelope_writer import (
     column_schema,
 )
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
-from tidesync.capture.runner import CapturePosition, CaptureStats, Checkpointer, RowChange
+from tidesync.capture.positions import CapturePosition
 from tidesync.domain.values import BitString, JsonText, Value
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any
 from tidesync.capture.envelope_writer import ColumnDefinition, TableDefinition, column_schema
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.target.schema import mariadb_json_columns
+from tidesync.target.mysql_schema import mariadb_json_columns
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DATE = dt.date(1970, 1, 1)

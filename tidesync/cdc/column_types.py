@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 
 class ColumnTypeSource(Protocol):
@@ -31,6 +31,8 @@ class ColumnTypeSource(Protocol):
 
 class ColumnTypesError(TidesyncError, ValueError):
     """A column types document that cannot be used (unreadable, not JSON, wrong shape)."""
+
+    code = ErrorCode.SCHEMA_INVALID
 
 
 class InMemoryColumnTypes:

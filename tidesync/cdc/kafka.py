@@ -71,12 +71,6 @@ class Polled:
     errors: dict[PartitionKey, str] = field(default_factory=dict)
 
 
-def parse_options(text: str) -> dict[str, str]:
-    """`key=value,key=value` → librdkafka settings."""
-    items = (item.strip() for item in text.split(","))
-    return dict(item.split("=", 1) for item in items if item)
-
-
 class KafkaQueue:
     """The queue through confluent-kafka: explicit assignment, pause/resume, manual commits."""
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
+from tidesync.domain.sync_columns import EVENT_ID_COLUMN, REVISION_COLUMN
 from tidesync.domain.values import Value
-from tidesync.target.contract import EVENT_ID_COLUMN, REVISION_COLUMN
 
 
 class Unreadable:

@@ -16,16 +16,16 @@ from decimal import Decimal
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import TidesyncError
+from tidesync.domain.sync_columns import METADATA_COLUMNS
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
-    METADATA_COLUMNS,
     RejectReason,
     Route,
     TargetError,
     TargetOutcome,
     TargetOutcomeKind,
 )
-from tidesync.target.schema import TableShape
+from tidesync.target.table_state import TableShape
 
 NOT_ENABLED_RECHECK = dt.timedelta(seconds=60)
 """How long a table found missing or not enabled stays refused before it is inspected again."""

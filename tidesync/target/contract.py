@@ -12,15 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidesync.domain.change_event import ChangeEvent, Revision
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.values import Value
-
-REVISION_COLUMN = "_sync_revision"
-ORIGIN_COLUMN = "_sync_origin"
-EVENT_ID_COLUMN = "_sync_event_id"
-UPDATED_AT_COLUMN = "_sync_updated_at"
-METADATA_COLUMNS = (REVISION_COLUMN, ORIGIN_COLUMN, EVENT_ID_COLUMN, UPDATED_AT_COLUMN)
-"""The §5.1 sync metadata columns every enabled table carries."""
 
 LEDGER_TABLE = "_sync_applied"
 """Event ids applied to a database, written in the same transaction as the row (§10.3 step 6)."""
@@ -77,6 +70,8 @@ class TargetError(TidesyncError):
     this program or of the database that an operator must look at).
     """
 
+    code = ErrorCode.TARGET_ERROR
+
     def __init__(self, reason_code: str, message: str = "") -> None:
         super().__init__(f"{reason_code}: {message}" if message else reason_code)
         self.reason_code = reason_code
@@ -86,9 +81,13 @@ class TargetError(TidesyncError):
 class TransientTargetError(TargetError):
     """Deadlock, lock wait timeout, lost connection, server going away: retry the chunk later."""
 
+    code = ErrorCode.TARGET_TRANSIENT
+
 
 class CommitOutcomeUnknown(TargetError):
     """The connection broke during COMMIT: consult `applied_event_ids` to learn what landed."""
+
+    code = ErrorCode.COMMIT_OUTCOME_UNKNOWN
 
 
 Route = Callable[[str, str], tuple[str, str]]

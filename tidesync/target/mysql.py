@@ -8,19 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any, TypeVar
 
 import pymysql
 from pymysql.constants import CLIENT
 
-from tidesync.config import TargetConfig
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.domain.values import BitString, JsonText, Value
+from tidesync.domain.sync_columns import REVISION_COLUMN
+from tidesync.domain.values import Value
 from tidesync.target.cas import (
     CompareAndSetApplier,
     DuplicatePrimaryKey,
@@ -32,11 +30,7 @@ from tidesync.target.cas import (
     reject_template,
 )
 from tidesync.target.contract import (
-    EVENT_ID_COLUMN,
     LEDGER_TABLE,
-    ORIGIN_COLUMN,
-    REVISION_COLUMN,
-    UPDATED_AT_COLUMN,
     CommitOutcomeUnknown,
     RejectReason,
     Route,
@@ -45,136 +39,26 @@ from tidesync.target.contract import (
     TransientTargetError,
     same_names,
 )
-from tidesync.target.schema import (
-    REMOTE_APPLY_VARIABLE,
-    ColumnKind,
-    ColumnType,
-    TableShape,
-    TableState,
-    check_node_id,
-    inspect_mysql_table,
-    mysql_quote,
+from tidesync.target.mysql_errors import map_mysql_error
+from tidesync.target.mysql_schema import REMOTE_APPLY_VARIABLE, inspect_mysql_table, mysql_quote
+from tidesync.target.mysql_statements import (
+    key_match,
+    literal_kind,
+    run_statements,
+    set_statement_head,
+    sql_name,
+    sql_table,
+    statement_text,
+    touched_by,
 )
+from tidesync.target.mysql_values import decode_mysql_value, mysql_param
+from tidesync.target.table_state import TableShape, TableState, check_node_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_METADATA_SET = (f"{REVISION_COLUMN} = %s, {ORIGIN_COLUMN} = %s, {EVENT_ID_COLUMN} = %s,"
-                 f" {UPDATED_AT_COLUMN} = %s")
 _LEDGER_COLUMNS = "(event_id, origin_node_id, table_name, applied_at)"
 _LOOKUP_BATCH = 1000
-
-# --- driver errors → our errors (the one boundary) ------------------------------------------
-
-_TRANSIENT: dict[int, str] = {
-    1205: "LOCK_WAIT_TIMEOUT", 1213: "DEADLOCK", 1614: "DEADLOCK", 1637: "TOO_MANY_TRANSACTIONS",
-    1040: "TOO_MANY_CONNECTIONS", 1203: "TOO_MANY_CONNECTIONS", 1226: "RESOURCE_LIMIT",
-    1041: "OUT_OF_MEMORY", 1021: "DISK_FULL", 1114: "TABLE_FULL",
-    1290: "READ_ONLY", 1792: "READ_ONLY", 1836: "READ_ONLY",
-    1317: "QUERY_INTERRUPTED", 1969: "STATEMENT_TIMEOUT", 3024: "STATEMENT_TIMEOUT",
-    1044: "ACCESS_DENIED", 1045: "ACCESS_DENIED", 1142: "ACCESS_DENIED", 1143: "ACCESS_DENIED",
-    1227: "ACCESS_DENIED", 1158: "NETWORK_ERROR", 1159: "NETWORK_ERROR", 1160: "NETWORK_ERROR",
-    1161: "NETWORK_ERROR", 2002: "CANNOT_CONNECT", 2003: "CANNOT_CONNECT",
-}
-_CONNECTION_LOST: dict[int, str] = {
-    0: "CONNECTION_LOST", 2006: "SERVER_GONE", 2013: "CONNECTION_LOST", 2055: "CONNECTION_LOST",
-    1053: "SERVER_SHUTDOWN", 1927: "CONNECTION_KILLED", 4031: "IDLE_TRANSACTION_TIMEOUT",
-}
-_REJECTED: dict[int, RejectReason] = {
-    1049: RejectReason.UNKNOWN_DATABASE, 1146: RejectReason.UNKNOWN_TABLE,
-    1054: RejectReason.UNKNOWN_COLUMN, 1406: RejectReason.DATA_TOO_LONG,
-    1264: RejectReason.VALUE_OUT_OF_RANGE, 1690: RejectReason.VALUE_OUT_OF_RANGE,
-    1366: RejectReason.INVALID_VALUE, 1292: RejectReason.INVALID_VALUE,
-    1265: RejectReason.INVALID_VALUE, 1367: RejectReason.INVALID_VALUE,
-    1411: RejectReason.INVALID_VALUE, 3140: RejectReason.INVALID_VALUE,
-    1048: RejectReason.CONSTRAINT_VIOLATION, 4025: RejectReason.CONSTRAINT_VIOLATION,
-    3819: RejectReason.CONSTRAINT_VIOLATION, 1451: RejectReason.CONSTRAINT_VIOLATION,
-    1452: RejectReason.CONSTRAINT_VIOLATION, 1216: RejectReason.CONSTRAINT_VIOLATION,
-    1217: RejectReason.CONSTRAINT_VIOLATION, 1364: RejectReason.MISSING_VALUE,
-}
-_DUPLICATE_KEY = (1062, 1586)
-# The last quoted name after "column"/"Field": values come earlier in these messages.
-_COLUMN_IN_MESSAGE = re.compile(
-    r"(?:column|Column|Field) (?:`(?:[^`]|``)*`\.)*[`']((?:[^`']|``){1,64})[`']")
-_KEY_IN_MESSAGE = re.compile(r"for key '([^']{1,129})'\s*$")
-
-
-def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False) -> Exception:
-    """Our error for a pymysql error: TransientTargetError, CommitOutcomeUnknown (a connection
-    lost while COMMIT was in flight), StatementRejected (the event can never apply as is),
-    DuplicatePrimaryKey, or TargetError for anything unexpected.
-
-    Messages never copy the server's text, which can quote column values.
-    """
-    number = error.args[0] if error.args and isinstance(error.args[0], int) else -1
-    if number in _CONNECTION_LOST:
-        if during_commit:
-            return CommitOutcomeUnknown(_CONNECTION_LOST[number],
-                                        f"MySQL error {number} during COMMIT")
-        return TransientTargetError(_CONNECTION_LOST[number], f"MySQL error {number}")
-    if number in _TRANSIENT:
-        return TransientTargetError(_TRANSIENT[number], f"MySQL error {number}")
-    if during_commit:
-        return CommitOutcomeUnknown("COMMIT_FAILED", f"MySQL error {number} during COMMIT")
-    message = str(error.args[1]) if len(error.args) > 1 else ""
-    if number in _DUPLICATE_KEY:
-        key = _KEY_IN_MESSAGE.search(message)
-        index = key.group(1).rsplit(".", 1)[-1] if key else "?"
-        if index == "PRIMARY":
-            return DuplicatePrimaryKey()
-        return StatementRejected(RejectReason.DUPLICATE_UNIQUE_KEY,
-                                 f"duplicate value in unique index {index}")
-    if number in _REJECTED:
-        columns = _COLUMN_IN_MESSAGE.findall(message)
-        where = f" (column {columns[-1]})" if columns else ""
-        return StatementRejected(_REJECTED[number], f"MySQL error {number}{where}")
-    return TargetError("DATABASE_ERROR", f"MySQL error {number} ({type(error).__name__})")
-
-
-# --- values ---------------------------------------------------------------------------------
-
-
-def _naive_utc(value: dt.datetime) -> dt.datetime:
-    return value.astimezone(dt.UTC).replace(tzinfo=None)
-
-
-_ENCODE: dict[type, Callable[[Any], object]] = {
-    bool: int,
-    dt.datetime: _naive_utc,
-    JsonText: lambda value: value.text,
-    BitString: lambda value: value.value,
-}
-
-
-def mysql_param(value: Value) -> object:
-    """A Value as pymysql sends it (the session time zone is UTC)."""
-    encode = _ENCODE.get(type(value))
-    return value if encode is None else encode(value)
-
-
-def decode_mysql_value(value: object, column: ColumnType) -> Value:
-    """A value pymysql read back, as the Value the column's type means."""
-    if value is None:
-        return None
-    kind = column.kind
-    if kind is ColumnKind.BOOL:
-        return bool(int.from_bytes(value, "big") if isinstance(value, bytes) else value)
-    if kind is ColumnKind.BITS and isinstance(value, bytes):
-        return BitString(column.size or 64, int.from_bytes(value, "big"))
-    if kind is ColumnKind.DATETIME and isinstance(value, dt.datetime):
-        return value.replace(tzinfo=dt.UTC)
-    if kind is ColumnKind.TIME and isinstance(value, dt.timedelta):
-        if dt.timedelta(0) <= value < dt.timedelta(days=1):
-            return (dt.datetime.min + value).time()
-        return str(value)
-    if kind is ColumnKind.JSON and isinstance(value, str | bytes):
-        return JsonText(value if isinstance(value, str) else value.decode())
-    if isinstance(value, bool | int | float | Decimal | str | bytes | dt.date | dt.time):
-        return value
-    return str(value)
-
-
-# --- the applier ----------------------------------------------------------------------------
 
 
 class MySQLTargetApplier(CompareAndSetApplier):
@@ -206,12 +90,6 @@ class MySQLTargetApplier(CompareAndSetApplier):
         self._statements: dict[tuple[object, ...], str] = {}
         self._literal_cache: dict[object, str] = {}
         self._set_refused: set[tuple[str, str, tuple[str, ...]]] = set()
-
-    @classmethod
-    def from_config(cls, target: TargetConfig, route: Route = same_names) -> MySQLTargetApplier:
-        return cls(host=target.host, port=target.port, user=target.user,
-                   password=target.password, database=target.database or None,
-                   node_id=target.node_id, route=route)
 
     # -- the driver boundary ------------------------------------------------------------------
 
@@ -289,7 +167,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         key = (kind, shape.database, shape.table, write.columns)
         template = self._statements.get(key)
         if template is None:
-            template = self._statements[key] = _statement_text(write)
+            template = self._statements[key] = statement_text(write)
         literal = self._literal
         literals = [*map(literal, write.values), *self._metadata_literals(write, now)]
         if kind is not Operation.INSERT:
@@ -358,14 +236,14 @@ class MySQLTargetApplier(CompareAndSetApplier):
             text = ";\n".join(self._sql(write, now) for write in rest)
             counts: list[int] = []
             try:
-                self._call(functools.partial(_run_statements, cursor, text, counts))
+                self._call(functools.partial(run_statements, cursor, text, counts))
             except DuplicatePrimaryKey:
-                touched += [*_touched_by(rest, counts), False]
+                touched += [*touched_by(rest, counts), False]
                 continue
             except StatementRejected as failure:
-                failure.position = len(touched) + len(_touched_by(rest, counts))
+                failure.position = len(touched) + len(touched_by(rest, counts))
                 raise
-            touched += _touched_by(rest, counts)
+            touched += touched_by(rest, counts)
         return touched
 
     def forget_tables(self) -> None:
@@ -391,7 +269,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
             return False
         counts: list[int] = []
         try:
-            _run_statements(cursor, text, counts)
+            run_statements(cursor, text, counts)
         except pymysql.MySQLError as error:
             mapped = map_mysql_error(error)
             if isinstance(mapped, TransientTargetError | CommitOutcomeUnknown):
@@ -425,8 +303,8 @@ class MySQLTargetApplier(CompareAndSetApplier):
                 return None
         width = len(columns) + len(shape.primary_key)
         for position in range(width):
-            kinds = {_literal_kind(write.values[position] if position < len(columns)
-                                   else write.key[position - len(columns)])
+            kinds = {literal_kind(write.values[position] if position < len(columns)
+                                  else write.key[position - len(columns)])
                      for write in writes}
             kinds.discard("null")
             if len(kinds) > 1 or "other" in kinds:
@@ -434,7 +312,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         key = ("set", shape.database, shape.table, columns)
         head = self._statements.get(key)
         if head is None:
-            head = self._statements[key] = _set_statement_head(shape, columns)
+            head = self._statements[key] = set_statement_head(shape, columns)
         literal = self._literal
         origin, moment = self._metadata_literals(first, now)[1::2]
         rows: list[list[str]] = []
@@ -457,9 +335,9 @@ class MySQLTargetApplier(CompareAndSetApplier):
         statement_key = ("select", shape.database, shape.table)
         statement = self._statements.get(statement_key)
         if statement is None:
-            columns = ", ".join(_name(column) for column in shape.columns)
+            columns = ", ".join(sql_name(column) for column in shape.columns)
             statement = self._statements[statement_key] = (
-                f"SELECT {columns} FROM {_table(shape)} WHERE {_key_match(shape)}")  # noqa: S608
+                f"SELECT {columns} FROM {sql_table(shape)} WHERE {key_match(shape)}")  # noqa: S608
         rows = self._query(statement, [mysql_param(value) for value in key])
         if not rows:
             return None, None
@@ -539,94 +417,3 @@ class MySQLTargetApplier(CompareAndSetApplier):
 
     def close(self) -> None:
         self._drop_connection()
-
-
-def _run_statements(cursor: Any, text: str, counts: list[int]) -> None:
-    """Execute a multi-statement text, appending each statement's row count as it arrives."""
-    cursor.execute(text)
-    counts.append(cursor.rowcount)
-    while cursor.nextset():
-        counts.append(cursor.rowcount)
-
-
-def _touched_by(writes: Sequence[PlannedWrite], counts: Sequence[int]) -> list[bool]:
-    """Per write whose statements all ran: whether its compare-and-set touched the row.
-
-    A DELETE sends two statements (the mark, then the delete); its first count decides.
-    """
-    touched: list[bool] = []
-    position = 0
-    for write in writes:
-        size = 2 if write.operation is Operation.DELETE else 1
-        if position + size > len(counts):
-            break
-        touched.append(counts[position] == 1)
-        position += size
-    return touched
-
-
-def _statement_text(write: PlannedWrite) -> str:
-    shape = write.shape
-    if write.operation is Operation.UPDATE:
-        assignments = "".join(f"{_name(column)} = %s, " for column in write.columns)
-        return (f"UPDATE {_table(shape)} SET {assignments}{_METADATA_SET}"  # noqa: S608
-                f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = %s")
-    if write.operation is Operation.DELETE:
-        # Mark then delete (see cas.delete_mark): the UPDATE is the compare-and-set.
-        return (f"UPDATE {_table(shape)} SET {_METADATA_SET}"  # noqa: S608
-                f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = %s;\n"
-                f"DELETE FROM {_table(shape)} WHERE {_key_match(shape)}"
-                f" AND {EVENT_ID_COLUMN} = %s AND {REVISION_COLUMN} = %s")
-    names = [*write.columns, REVISION_COLUMN, ORIGIN_COLUMN, EVENT_ID_COLUMN, UPDATED_AT_COLUMN]
-    return (f"INSERT INTO {_table(shape)} ({', '.join(_name(n) for n in names)})"  # noqa: S608
-            f" VALUES ({', '.join(['%s'] * len(names))})")
-
-
-def _set_statement_head(shape: TableShape, columns: tuple[str, ...]) -> str:
-    """The set-based compare-and-set UPDATE of a column set (see `_update_as_set`), with
-    `%(rows)s` for the derived table's rows and `%(moment)s` for the update time."""
-    width = len(columns) + len(shape.primary_key)
-    assignments = "".join(f"t.{_name(column)} = u.c{index}, "
-                          for index, column in enumerate(columns))
-    matches = " AND ".join(f"t.{_name(column)} = u.c{len(columns) + index}"
-                           for index, column in enumerate(shape.primary_key))
-    # The events drive the join and each finds its row by primary key: a scan of the table
-    # (the optimizer's choice for a small one) would lock rows no event names.
-    return (f"UPDATE (SELECT %(rows)s) AS u STRAIGHT_JOIN"  # noqa: S608
-            f" {_table(shape)} AS t FORCE INDEX (PRIMARY)"
-            f" ON {matches} AND t.{REVISION_COLUMN} = u.c{width}"
-            f" SET {assignments}t.{REVISION_COLUMN} = u.c{width + 1},"
-            f" t.{ORIGIN_COLUMN} = u.c{width + 2}, t.{EVENT_ID_COLUMN} = u.c{width + 3},"
-            f" t.{UPDATED_AT_COLUMN} = %(moment)s")
-
-
-_TEXT_LITERAL_TYPES = (str, JsonText, dt.datetime, dt.date, dt.time)
-
-
-def _literal_kind(value: Value) -> str:
-    """How a value's SQL literal is typed: "null", "number" (an integer), "text" (a quoted
-    string in the connection's character set) or "other" (binary, float, decimal, bits)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool | int):
-        return "number"
-    if isinstance(value, _TEXT_LITERAL_TYPES):
-        return "text"
-    return "other"
-
-
-def _name(column: str) -> str:
-    # pymysql formats statements with %, so a literal % in a name must be doubled.
-    return mysql_quote(column).replace("%", "%%")
-
-
-def _table(shape: TableShape) -> str:
-    return f"{_name(shape.database)}.{_name(shape.table)}"
-
-
-def _key_match(shape: TableShape) -> str:
-    return " AND ".join(f"{_name(column)} = %s" for column in shape.primary_key)
-
-
-def _revision_param(shape: TableShape, revision: Revision) -> object:
-    return revision.value if shape.revision_as_bytes else revision.text

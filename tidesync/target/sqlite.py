@@ -1,6 +1,6 @@
 """The SQLite target applier of the embedded default: the MySQL applier's semantics on sqlite3.
 
-The remote-apply flag lives in the `_sync_session` control table (see target_schema).
+The remote-apply flag lives in the `_sync_session` control table (see `sqlite_schema`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,12 @@ from typing import Any, TypeVar
 
 from tidesync.domain.change_event import Revision
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.sync_columns import (
+    EVENT_ID_COLUMN,
+    ORIGIN_COLUMN,
+    REVISION_COLUMN,
+    UPDATED_AT_COLUMN,
+)
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.cas import (
     CompareAndSetApplier,
@@ -28,12 +34,9 @@ from tidesync.target.cas import (
     parse_revision,
     reject_template,
 )
+from tidesync.target.column_kinds import ColumnKind, ColumnType
 from tidesync.target.contract import (
-    EVENT_ID_COLUMN,
     LEDGER_TABLE,
-    ORIGIN_COLUMN,
-    REVISION_COLUMN,
-    UPDATED_AT_COLUMN,
     CommitOutcomeUnknown,
     RejectReason,
     Route,
@@ -41,15 +44,8 @@ from tidesync.target.contract import (
     TargetOutcome,
     TransientTargetError,
 )
-from tidesync.target.schema import (
-    SQLITE_SESSION_TABLE,
-    ColumnKind,
-    ColumnType,
-    TableShape,
-    check_node_id,
-    inspect_sqlite_table,
-    sqlite_quote,
-)
+from tidesync.target.sqlite_schema import inspect_sqlite_table, sqlite_quote
+from tidesync.target.table_state import SQLITE_SESSION_TABLE, TableShape, check_node_id
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

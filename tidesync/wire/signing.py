@@ -5,8 +5,6 @@ HMAC-SHA256 over method, path with query, node, timestamp, request id and the bo
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import hashlib
 import hmac
@@ -21,7 +19,6 @@ SIGNED_HEADERS = (NODE_HEADER, TIMESTAMP_HEADER, REQUEST_ID_HEADER, CONTENT_SHA2
                   SIGNATURE_HEADER)
 
 SCHEME = "TIDESYNC-HMAC-SHA256"
-SECRET_BYTES = 32
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -57,19 +54,3 @@ def sign_request(node_id: str, secret: bytes, method: str, path_with_query: str,
         CONTENT_SHA256_HEADER: digest,
         SIGNATURE_HEADER: signature(secret, canonical),
     }
-
-
-def secret_text(secret: bytes) -> str:
-    """How a signing secret is shown and configured: unpadded base64url."""
-    return base64.urlsafe_b64encode(secret).rstrip(b"=").decode("ascii")
-
-
-def secret_from_text(text: str) -> bytes:
-    """A node signing secret from its configured form (unpadded base64url of 32 bytes)."""
-    try:
-        secret = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as error:
-        raise ValueError("a node secret is base64url text") from error
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"a node secret holds {SECRET_BYTES} bytes")
-    return secret

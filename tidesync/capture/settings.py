@@ -1,0 +1,85 @@
+"""The `[capture]` settings of built-in capture."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+from tidesync.domain.table_names import bad_table_names
+
+
+class CaptureSource(enum.StrEnum):
+    """Where built-in capture reads row changes: a MySQL/MariaDB binlog or a SQLite changelog."""
+
+    MYSQL = "mysql"
+    SQLITE = "sqlite"
+
+
+class CaptureStart(enum.StrEnum):
+    """Where binlog capture starts when it has no saved position yet."""
+
+    CURRENT = "current"
+    EARLIEST = "earliest"
+
+
+_TOPIC_NAME_PART = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """Built-in capture (`tidesync ship capture`): its source, its topics and its position file.
+
+    Topics are `<topic_prefix>.<logical_name>.<database>.<table>`; the logical name defaults to
+    ship.node_id. The broker defaults to ship.kafka_bootstrap_servers.
+    """
+
+    source: CaptureSource = CaptureSource.SQLITE
+    logical_name: str = ""
+    topic_prefix: str = "sync.cdc"
+    kafka_bootstrap_servers: str = ""
+    # Topics are created when missing (tansu and Redpanda may not auto-create them).
+    topic_partitions: int = 1
+    topic_replication_factor: int = 1
+    # A delete is followed by a tombstone (same key, null value), as Debezium does by default.
+    tombstones_on_delete: bool = True
+    # The resume position (SQLite, WAL, synchronous=FULL), saved after each flushed batch.
+    position_path: str = "tidesync-data/capture-position.sqlite"
+    batch_max_records: int = 2000
+    flush_interval_ms: int = 500
+    # MySQL / MariaDB binlog source: a replication account, a replica server id unique among the
+    # server's replicas, the databases (an array) and optionally only some of their tables
+    # (an array of db.table).
+    mysql_host: str = "127.0.0.1"
+    mysql_port: int = 3306
+    mysql_user: str = "tidesync_capture"
+    mysql_password: str = field(default="", metadata={"secret": True})
+    server_id: int = 0
+    databases: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
+    start_from: CaptureStart = CaptureStart.CURRENT
+    heartbeat_seconds: int = 1
+    # SQLite source: the business database file, how often the changelog is polled, and how many
+    # published changelog rows to keep for diagnosis.
+    sqlite_path: str = "tidesync-data/ship-business.sqlite"
+    sqlite_poll_interval_ms: int = 200
+    changelog_keep_rows: int = 0
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("topic_partitions", "topic_replication_factor", "batch_max_records",
+                     "flush_interval_ms", "heartbeat_seconds", "sqlite_poll_interval_ms"):
+            if getattr(self, name) < 1:
+                problems.append(f"capture.{name}: must be >= 1")
+        if self.changelog_keep_rows < 0:
+            problems.append("capture.changelog_keep_rows: must be >= 0")
+        if not 1 <= self.mysql_port <= 65535:
+            problems.append("capture.mysql_port: must be 1..65535")
+        if not 0 <= self.server_id <= 4_294_967_295:
+            problems.append("capture.server_id: must be 0..4294967295")
+        for name in ("logical_name", "topic_prefix"):
+            value = getattr(self, name)
+            if value and not _TOPIC_NAME_PART.fullmatch(value):
+                problems.append(f"capture.{name}: only letters, digits, '.', '_' and '-'")
+        problems += bad_table_names("capture.tables", self.tables)
+        return problems

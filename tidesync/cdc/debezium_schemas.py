@@ -1,0 +1,247 @@
+"""Decoding plans for Debezium records: a value or key schema → one decoder per column.
+
+Plans are built once per distinct schema text (records with schemas) or per column-types mapping
+(payload-only records) and cached, so a record costs one parse of its payload.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from tidesync.cdc.column_types import MySQLColumnType
+from tidesync.cdc.debezium_values import (
+    ColumnCodec,
+    DecimalHandling,
+    Decoder,
+    mysql_codec,
+    schema_codec,
+)
+from tidesync.cdc.outcomes import BadValue, Blocked, BlockReason
+from tidesync.cdc.strict_json import JSON_ERRORS, STRICT_JSON, parse_json
+from tidesync.domain.values import Value
+
+# Newest versions whose layout this module has been checked against (SEMANTICS.md §1, §3).
+MAX_ENVELOPE_SCHEMA_VERSION = 2
+MAX_SOURCE_SCHEMA_VERSION = 1
+
+
+# --- rows -----------------------------------------------------------------------------------
+
+
+class RowPlan:
+    """Decoders for every column of one table image, built once and reused for each row."""
+
+    __slots__ = ("as_is", "decoders", "described", "refused", "unknown_reason")
+
+    def __init__(self, unknown_reason: BlockReason, described: str) -> None:
+        self.as_is: dict[str, Any] = {}  # column → the Value type taken as is
+        self.decoders: dict[str, Decoder] = {}
+        self.refused: dict[str, BadValue] = {}
+        self.unknown_reason = unknown_reason
+        self.described = described
+
+    def add(self, column: str, build: Callable[[], ColumnCodec]) -> None:
+        try:
+            fast_type, decoder = build()
+        except BadValue as problem:
+            self.refused[column] = problem
+            return
+        if fast_type is not None:
+            self.as_is[column] = fast_type
+        self.decoders[column] = decoder
+
+    def decode(self, row: Any, image: str, unknown_reason: BlockReason | None = None
+               ) -> dict[str, Value]:
+        if type(row) is not dict:
+            raise Blocked(BlockReason.MALFORMED_ENVELOPE, f"{image} is not a JSON object")
+        for column, problem in self.refused.items():
+            if column in row:
+                raise Blocked(problem.reason, f"{image} column {column!r}: {problem.detail}")
+        as_is, decoders = self.as_is, self.decoders
+        decoded: dict[str, Value] = {}
+        column = ""
+        try:
+            for column, raw in row.items():
+                if type(raw) is as_is.get(column):
+                    decoded[column] = raw
+                    continue
+                decoder = decoders.get(column)
+                if decoder is None:
+                    break
+                decoded[column] = None if raw is None else decoder(raw)
+            else:
+                return decoded
+        except BadValue as problem:
+            raise Blocked(problem.reason, f"{image} column {column!r}: {problem.detail}"
+                          ) from None
+        raise Blocked(unknown_reason or self.unknown_reason,
+                      f"{image} column {column!r} is not in {self.described}")
+
+
+def _schema_plan(fields: Sequence[Mapping[str, Any]], types: Mapping[str, str] | None,
+                 described: str) -> RowPlan:
+    plan = RowPlan(BlockReason.MALFORMED_ENVELOPE, described)
+    for field in fields:
+        column: str = field["field"]
+        mysql = _mysql_type_or_none(types.get(column)) if types else None
+        plan.add(column, functools.partial(schema_codec, field, mysql))
+    return plan
+
+
+def _mysql_type_or_none(text: str | None) -> MySQLColumnType | None:
+    if text is None:
+        return None
+    try:
+        return MySQLColumnType.parse(text)
+    except ValueError:
+        return None  # With a schema the declared type stands on its own.
+
+
+def types_plan(types: Mapping[str, str], handling: DecimalHandling | None,
+               described: str) -> RowPlan:
+    plan = RowPlan(BlockReason.TYPE_INFO_MISSING, described)
+    for column, text in types.items():
+        plan.add(column, functools.partial(_codec_from_type_text, text, handling))
+    return plan
+
+
+def _codec_from_type_text(text: str, handling: DecimalHandling | None) -> ColumnCodec:
+    try:
+        mysql = MySQLColumnType.parse(text)
+        return mysql_codec(mysql, handling)
+    except ValueError:
+        raise BadValue(BlockReason.UNSUPPORTED_TYPE,
+                       f"column type {text!r} is not understood") from None
+
+
+class StructSchema:
+    """A struct schema (a row image or a key) and its plan per column-types mapping."""
+
+    __slots__ = ("_plan", "_types", "described", "fields", "problem")
+
+    def __init__(self, schema: Any, described: str) -> None:
+        self.described = described
+        self.fields: list[Mapping[str, Any]] = []
+        self.problem: Blocked | None = None
+        self._types: object = None
+        self._plan: RowPlan | None = None
+        fields = schema.get("fields") if isinstance(schema, dict) else None
+        if not isinstance(fields, list):
+            self.problem = Blocked(BlockReason.MALFORMED_ENVELOPE,
+                                   f"{described} is not a struct with fields")
+            return
+        names = set()
+        for field in fields:
+            if not (isinstance(field, dict) and type(field.get("field")) is str
+                    and field["field"] not in names):
+                self.problem = Blocked(BlockReason.MALFORMED_ENVELOPE,
+                                       f"{described} has an unnamed or repeated field")
+                return
+            names.add(field["field"])
+            self.fields.append(field)
+
+    def plan(self, types: Mapping[str, str] | None) -> RowPlan:
+        if self.problem is not None:
+            raise self.problem
+        if self._plan is None or self._types is not types:
+            self._plan = _schema_plan(self.fields, types, self.described)
+            self._types = types
+        return self._plan
+
+
+class EnvelopeSchema:
+    """What one value schema says, computed once per distinct schema text."""
+
+    __slots__ = ("images", "name", "problem")
+
+    def __init__(self, schema: Any) -> None:
+        self.name: object = schema.get("name") if isinstance(schema, dict) else None
+        self.problem: Blocked | None = None
+        self.images: dict[str, StructSchema] = {}
+        try:
+            self._read(schema)
+        except Blocked as problem:
+            self.problem = problem
+
+    def _read(self, schema: Any) -> None:
+        if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+            raise Blocked(BlockReason.MALFORMED_ENVELOPE, "value schema is not a struct")
+        _check_version(schema.get("version"), MAX_ENVELOPE_SCHEMA_VERSION, "envelope schema")
+        for field in schema["fields"]:
+            name = field.get("field") if isinstance(field, dict) else None
+            if name in ("before", "after"):
+                self.images[name] = StructSchema(field, f"the {name} schema")
+            elif name == "source":
+                _check_version(field.get("version"), MAX_SOURCE_SCHEMA_VERSION, "source schema")
+
+    def plan(self, image: str, types: Mapping[str, str] | None) -> RowPlan:
+        if self.problem is not None:
+            raise self.problem
+        struct = self.images.get(image)
+        if struct is None:
+            raise Blocked(BlockReason.MALFORMED_ENVELOPE, f"value schema has no {image} field")
+        return struct.plan(types)
+
+
+def _check_version(version: Any, newest: int, what: str) -> None:
+    if version is None:
+        return
+    if type(version) is not int:
+        raise Blocked(BlockReason.MALFORMED_ENVELOPE, f"{what} version is not an integer")
+    if version > newest:
+        raise Blocked(BlockReason.UNSUPPORTED_SCHEMA_VERSION,
+                      f"{what} version {version} is newer than {newest}")
+
+
+# --- schemas by text ----------------------------------------------------------------------
+
+_Entry = TypeVar("_Entry")
+_SCHEMA_PREFIX = '{"schema":'
+_PAYLOAD_SEPARATOR = ',"payload":'
+
+
+class SchemaCache(Generic[_Entry]):
+    """Schema entries keyed by the schema's exact JSON text, as the JSON converter writes it."""
+
+    def __init__(self, build: Callable[[Any], _Entry], limit: int = 1024) -> None:
+        self.build = build
+        self._entries: dict[str, _Entry | None] = {}
+        self._limit = limit
+
+    def entry_for(self, schema_text: str) -> _Entry | None:
+        """The entry of a schema text; parses it (raising a JSON error) the first time."""
+        try:
+            return self._entries[schema_text]
+        except KeyError:
+            pass
+        schema = STRICT_JSON.decode(schema_text)
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+        entry = self.build(schema) if schema else None
+        self._entries[schema_text] = entry
+        return entry
+
+    def load(self, text: str, what: str) -> tuple[_Entry | None, Any]:
+        """(schema entry, payload) of a JSON-converter record, with schemas or payload-only.
+
+        The converter writes `{"schema":S,"payload":P}`: when the text has that form, S is
+        looked up by its text and only P is parsed. Anything else is parsed whole.
+        """
+        if text.startswith(_SCHEMA_PREFIX):
+            cut = text.find(_PAYLOAD_SEPARATOR, len(_SCHEMA_PREFIX))
+            body = text[cut + len(_PAYLOAD_SEPARATOR):].rstrip() if cut > 0 else ""
+            if body.endswith("}"):
+                schema_text = text[len(_SCHEMA_PREFIX):cut]
+                try:
+                    entry = self.entry_for(schema_text)
+                    # Both parts parsed alone mean the whole is exactly {"schema":S,"payload":P}.
+                    return entry, STRICT_JSON.decode(body[:-1])
+                except JSON_ERRORS:
+                    pass  # Not that form after all (e.g. a nested "payload" key): parse it whole.
+        document = parse_json(text, what)
+        if type(document) is dict and "schema" in document and "payload" in document:
+            schema = document["schema"]
+            return (self.build(schema) if schema else None), document["payload"]
+        return None, document

@@ -1,0 +1,100 @@
+"""The /sync/v1 protocol version this code speaks, and the errors a body or message is refused
+with (each carries the stable reason code to answer with).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import re
+
+from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.wire import sync_pb2 as pb
+
+PROTOCOL_VERSION = "1.0"
+"""The /sync/v1 protocol version this code speaks, "major.minor"."""
+
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+"""Newest version of each major this code accepts (any minor of these majors is accepted)."""
+SUPPORTED_MAJORS = frozenset(int(version.split(".")[0]) for version in SUPPORTED_PROTOCOL_VERSIONS)
+PROTOCOL_VERSION_HEADER = "Tidesync-Protocol-Version"
+"""Carries protocol_version on GET requests, which have no body."""
+
+_VERSION_PATTERN = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})")
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class WireReason(enum.StrEnum):
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    DECOMPRESSED_TOO_LARGE = "DECOMPRESSED_TOO_LARGE"
+    MALFORMED_PAYLOAD = "MALFORMED_PAYLOAD"
+    UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+    MALFORMED_PROTOCOL_VERSION = "MALFORMED_PROTOCOL_VERSION"
+    CHECKSUM_MISMATCH = "CHECKSUM_MISMATCH"
+
+
+class WireError(TidesyncError):
+    """A body or message that cannot be accepted; `reason` is the stable code to answer with."""
+
+    code = ErrorCode.WIRE_INVALID
+
+    reason: WireReason = WireReason.MALFORMED_PAYLOAD
+
+    def __init__(self, message: str, reason: WireReason | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class PayloadTooLarge(WireError):
+    code = ErrorCode.LIMIT_EXCEEDED
+    reason = WireReason.PAYLOAD_TOO_LARGE
+
+
+class DecompressedTooLarge(WireError):
+    code = ErrorCode.LIMIT_EXCEEDED
+    reason = WireReason.DECOMPRESSED_TOO_LARGE
+
+
+class MalformedPayload(WireError):
+    reason = WireReason.MALFORMED_PAYLOAD
+
+
+class UnsupportedProtocol(WireError):
+    """An unknown protocol major (UNSUPPORTED_PROTOCOL) or unreadable version text
+    (MALFORMED_PROTOCOL_VERSION). Not retryable."""
+
+    reason = WireReason.UNSUPPORTED_PROTOCOL
+
+
+class ChecksumMismatch(WireError):
+    reason = WireReason.CHECKSUM_MISMATCH
+
+
+def error_response(error: WireError, request_id: str = "") -> pb.ErrorResponse:
+    """The ErrorResponse body answering a WireError."""
+    return pb.ErrorResponse(
+        reason_code=error.reason.value, message=str(error), request_id=request_id,
+        supported_protocol_versions=SUPPORTED_PROTOCOL_VERSIONS,
+    )
+
+
+# ----------------------------------------------------------------------------- versions
+
+
+@functools.lru_cache(maxsize=64)
+def check_protocol_version(version: str) -> tuple[int, int]:
+    """Parse "major.minor" and refuse an unknown major; any minor of a known major is fine.
+
+    Cached: every decoded event checks its version (a refusal raises again each time)."""
+    match = _VERSION_PATTERN.fullmatch(version)
+    if match is None:
+        raise UnsupportedProtocol(
+            "protocol version must be major.minor", WireReason.MALFORMED_PROTOCOL_VERSION
+        )
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major not in SUPPORTED_MAJORS:
+        raise UnsupportedProtocol(f"protocol major {major} is not supported")
+    return major, minor
