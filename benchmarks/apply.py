@@ -32,7 +32,7 @@ from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps, settle_startup_heap
 from tidesync.target.contract import TargetOutcomeKind
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 from tidesync.wire.codec import build_batch, serialize_batch
 
 BATCH = 500

@@ -16,18 +16,14 @@ from tempfile import TemporaryDirectory
 from typing import Any
 
 from benchmarks.harness import Report, best_of, timed
+from tidesync.capture.binlog import BinlogSettings, MySQLBinlogCapture
+from tidesync.capture.checkpointer import Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.capture.runner import (
-    BinlogSettings,
-    CapturePosition,
-    Checkpointer,
-    KafkaEnvelopePublisher,
-    MySQLBinlogCapture,
-    SQLitePositionStore,
-)
-from tidesync.config import CaptureStart
+from tidesync.capture.positions import CapturePosition, SQLitePositionStore
+from tidesync.capture.publisher import KafkaEnvelopePublisher
+from tidesync.capture.settings import CaptureStart
 from tidesync.localservices import MariaDBInstance, TansuBroker
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 FULL_ROWS = 20_000
 BATCH = 500

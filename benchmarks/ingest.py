@@ -28,10 +28,10 @@ import zstandard
 
 from benchmarks._mysql_workload import generate
 from benchmarks.harness import Report, timed
+from tidesync.apps.master_key import SecretBox
+from tidesync.apps.nodes import Actor, NodesApplication, NodeService
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.ingress.auth import sign_request
-from tidesync.ingress.master_key import SecretBox
-from tidesync.ingress.nodes import Actor, NodesApplication, NodeService
 from tidesync.localservices import PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.wire import codec
@@ -148,7 +148,7 @@ def _server(database: PostgresDatabase, master_key: str, workdir: Path) -> Itera
         "postgres_pool_size = 2\n", encoding="utf-8")
     env = {**os.environ, "TIDESYNC_SHORE__MASTER_KEY": master_key, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "tidesync.cli", "--config", str(config), "shore", "serve"],
+        [sys.executable, "-m", "tidesync", "--config", str(config), "shore", "serve"],
         cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

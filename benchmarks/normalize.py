@@ -17,12 +17,8 @@ from typing import Any
 
 from benchmarks.harness import Report, best_of
 from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.cdc.debezium import (
-    DebeziumNormalizer,
-    KafkaRecord,
-    Normalized,
-    NormalizerSettings,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+from tidesync.cdc.outcomes import Normalized
 
 TOPIC = "ship7.fleet.orders"
 COLUMN_TYPES = {

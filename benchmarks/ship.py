@@ -133,12 +133,12 @@ def ship_config(bootstrap: str, prefix: str, state_dir: str) -> ShipConfig:
     return ShipConfig(node_id="bench-ship", kafka_bootstrap_servers=bootstrap,
                       state_path=f"{state_dir}/ship.sqlite",
                       topic_pattern=rf"^{prefix.replace('.', chr(92) + '.')}\.",
-                      bidirectional_tables=f"{DATABASE}.orders", heartbeat_interval_seconds=3600)
+                      bidirectional_tables=(f"{DATABASE}.orders",), heartbeat_interval_seconds=3600)
 
 
 def run_client(config: ShipConfig, timeout: float | None) -> tuple[int, int, float]:
     """(terminal events, uploaded events, seconds) of a client with a null shore."""
-    from tidesync.ship.client import build_client
+    from tidesync.bootstrap.ship import build_client
     from tidesync.ship.transport import NullShoreLink
 
     link = NullShoreLink()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections.abc
 import dataclasses
 import enum
 import os
@@ -15,11 +16,16 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.capture.settings import CaptureConfig
+from tidesync.domain.change_event import table_rule
+from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.domain.table_names import bad_table_names, table_set
+from tidesync.graphql.settings import ConsoleSettings
+from tidesync.shore.settings import ConflictsConfig
 
 ENV_PREFIX = "TIDESYNC_"
 CONFIG_ENV = "TIDESYNC_CONFIG"
@@ -27,6 +33,8 @@ CONFIG_ENV = "TIDESYNC_CONFIG"
 
 class ConfigError(TidesyncError):
     """The configuration is invalid; `problems` lists every field at fault."""
+
+    code = ErrorCode.CONFIG_INVALID
 
     def __init__(self, problems: list[str]) -> None:
         super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
@@ -38,14 +46,9 @@ class EventStoreKind(enum.StrEnum):
     POSTGRES = "postgres"  # a PostgreSQL server of the operator's
 
 
-
-def table_set(text: str) -> frozenset[tuple[str, str]]:
-    """A comma-separated `db.table` list as (database, table) pairs."""
-    out = set()
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        database, _, table = item.partition(".")
-        out.add((database, table))
-    return frozenset(out)
+def _bad_options(section: str, options: Mapping[str, str]) -> list[str]:
+    return [f"{section}: {key!r} is not a client setting name" for key in options
+            if not re.fullmatch(r"[a-z0-9._-]{1,100}", key)]
 
 @dataclass(frozen=True)
 class EventStoreConfig:
@@ -99,9 +102,9 @@ class ShoreConfig:
     database_pool_size: int = 8
     database_timeout_seconds: int = 5
     # Client-certificate identity set by a TLS-terminating proxy (e.g. the certificate's CN),
-    # believed only from the listed proxy addresses (comma-separated IPs).
+    # believed only from the listed proxy addresses (an array of IPs).
     client_identity_header: str = ""
-    trusted_proxies: str = ""
+    trusted_proxies: tuple[str, ...] = ()
 
     def validate(self) -> list[str]:
         problems = []
@@ -140,11 +143,11 @@ class ShipConfig:
     consumer_group: str = ""
     # What the normalizer stamps on events: the capture's connector id, the replay epoch
     # (raise it after a topic rebuild or connector reset), tables synced both ways
-    # (comma-separated db.table, their rows carry _sync_revision) and, for payload-only
+    # (an array of db.table, their rows carry _sync_revision) and, for payload-only
     # records, a JSON file of column types {"db.table": {"column": "mysql type"}}.
     source_connector_id: str = "debezium-mysql"
     replay_epoch: int = 0
-    bidirectional_tables: str = ""
+    bidirectional_tables: tuple[str, ...] = ()
     column_types_file: str = ""
     batch_max_events: int = 500
     batch_max_bytes: int = 4 * 1024 * 1024
@@ -162,7 +165,7 @@ class ShipConfig:
     receipts_interval_seconds: int = 5
     heartbeat_interval_seconds: int = 60
     # Extra librdkafka consumer settings, "key=value" separated by commas.
-    kafka_consumer_options: str = ""
+    kafka_consumer_options: Mapping[str, str] = field(default_factory=dict)
     # Shore → ship commands (§12): the shore's node id (the origin stamped on rows a conflict
     # decision writes), how often and how many commands are pulled. Applying them needs the
     # [ship_target] section; without it the downlink is off.
@@ -201,12 +204,8 @@ class ShipConfig:
             re.compile(self.topic_pattern)
         except re.error as error:
             problems.append(f"ship.topic_pattern: not a regular expression ({error})")
-        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
-            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
-                problems.append(f"ship.bidirectional_tables: {item!r} is not db.table")
-        for item in filter(None, (t.strip() for t in self.kafka_consumer_options.split(","))):
-            if "=" not in item:
-                problems.append(f"ship.kafka_consumer_options: {item!r} is not key=value")
+        problems += bad_table_names("ship.bidirectional_tables", self.bidirectional_tables)
+        problems += _bad_options("ship.kafka_consumer_options", self.kafka_consumer_options)
         return problems
 
     def table_set(self) -> frozenset[tuple[str, str]]:
@@ -215,8 +214,6 @@ class ShipConfig:
 
     def two_way_rules(self) -> frozenset[str]:
         """The rule ids of the two-way tables (each table is its own rule)."""
-        from tidesync.domain.change_event import table_rule
-
         return frozenset(table_rule(database, table) for database, table in self.table_set())
 
     @property
@@ -290,212 +287,6 @@ class ShipTargetConfig:
 
 
 @dataclass(frozen=True)
-class ConsoleConfig:
-    """The GraphQL console at /graphql: what it lets clients see and the limits of a request."""
-
-    # Schema listing (introspection and the GraphiQL page) is off unless switched on.
-    introspection: bool = False
-    # Per request: selection depth, aliases (counted through fragments), estimated cost (each
-    # field 1, times the page size of the lists it sits in), parser tokens, body bytes.
-    max_depth: int = 10
-    max_aliases: int = 15
-    max_cost: int = 20_000
-    max_tokens: int = 2_000
-    max_body_bytes: int = 64 * 1024
-    # Page sizes: what a list returns unless `first` says otherwise, and the largest allowed.
-    default_page_size: int = 50
-    max_page_size: int = 200
-    # How long a read waits for the read models to pass a position it names (read your
-    # writes), and how long an authenticated token is trusted before its user is read again
-    # (a revoke takes effect within that).
-    wait_timeout_ms: int = 5_000
-    auth_cache_ms: int = 2_000
-    # Evidence columns whose values only auditors and admins see: comma-separated
-    # db.table.column patterns with shell wildcards (e.g. "crew.*.passport_no").
-    sensitive_columns: str = ""
-
-    def validate(self) -> list[str]:
-        problems = []
-        for name in ("max_depth", "max_aliases", "max_cost", "max_tokens", "max_body_bytes",
-                     "default_page_size", "max_page_size"):
-            if getattr(self, name) < 1:
-                problems.append(f"console.{name}: must be >= 1")
-        for name in ("wait_timeout_ms", "auth_cache_ms"):
-            if getattr(self, name) < 0:
-                problems.append(f"console.{name}: must be >= 0")
-        if self.max_page_size > 1000:
-            problems.append("console.max_page_size: must be <= 1000")
-        if self.default_page_size > self.max_page_size:
-            problems.append("console.default_page_size: must be <= max_page_size")
-        for item in filter(None, (c.strip() for c in self.sensitive_columns.split(","))):
-            if item.count(".") != 2:
-                problems.append(f"console.sensitive_columns: {item!r} is not db.table.column")
-        return problems
-
-
-class CaptureSource(enum.StrEnum):
-    """Where built-in capture reads row changes: a MySQL/MariaDB binlog or a SQLite changelog."""
-
-    MYSQL = "mysql"
-    SQLITE = "sqlite"
-
-
-class CaptureStart(enum.StrEnum):
-    """Where binlog capture starts when it has no saved position yet."""
-
-    CURRENT = "current"
-    EARLIEST = "earliest"
-
-
-_TOPIC_NAME_PART = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
-
-
-@dataclass(frozen=True)
-class CaptureConfig:
-    """Built-in capture (`tidesync ship capture`): its source, its topics and its position file.
-
-    Topics are `<topic_prefix>.<logical_name>.<database>.<table>`; the logical name defaults to
-    ship.node_id. The broker defaults to ship.kafka_bootstrap_servers.
-    """
-
-    source: CaptureSource = CaptureSource.SQLITE
-    logical_name: str = ""
-    topic_prefix: str = "sync.cdc"
-    kafka_bootstrap_servers: str = ""
-    # Topics are created when missing (tansu and Redpanda may not auto-create them).
-    topic_partitions: int = 1
-    topic_replication_factor: int = 1
-    # A delete is followed by a tombstone (same key, null value), as Debezium does by default.
-    tombstones_on_delete: bool = True
-    # The resume position (SQLite, WAL, synchronous=FULL), saved after each flushed batch.
-    position_path: str = "tidesync-data/capture-position.sqlite"
-    batch_max_records: int = 2000
-    flush_interval_ms: int = 500
-    # MySQL / MariaDB binlog source: a replication account, a replica server id unique among the
-    # server's replicas, the databases (comma-separated) and optionally only some of their tables
-    # (comma-separated db.table).
-    mysql_host: str = "127.0.0.1"
-    mysql_port: int = 3306
-    mysql_user: str = "tidesync_capture"
-    mysql_password: str = field(default="", metadata={"secret": True})
-    server_id: int = 0
-    databases: str = ""
-    tables: str = ""
-    start_from: CaptureStart = CaptureStart.CURRENT
-    heartbeat_seconds: int = 1
-    # SQLite source: the business database file, how often the changelog is polled, and how many
-    # published changelog rows to keep for diagnosis.
-    sqlite_path: str = "tidesync-data/ship-business.sqlite"
-    sqlite_poll_interval_ms: int = 200
-    changelog_keep_rows: int = 0
-
-    def validate(self) -> list[str]:
-        problems = []
-        for name in ("topic_partitions", "topic_replication_factor", "batch_max_records",
-                     "flush_interval_ms", "heartbeat_seconds", "sqlite_poll_interval_ms"):
-            if getattr(self, name) < 1:
-                problems.append(f"capture.{name}: must be >= 1")
-        if self.changelog_keep_rows < 0:
-            problems.append("capture.changelog_keep_rows: must be >= 0")
-        if not 1 <= self.mysql_port <= 65535:
-            problems.append("capture.mysql_port: must be 1..65535")
-        if not 0 <= self.server_id <= 4_294_967_295:
-            problems.append("capture.server_id: must be 0..4294967295")
-        for name in ("logical_name", "topic_prefix"):
-            value = getattr(self, name)
-            if value and not _TOPIC_NAME_PART.fullmatch(value):
-                problems.append(f"capture.{name}: only letters, digits, '.', '_' and '-'")
-        for item in filter(None, (t.strip() for t in self.tables.split(","))):
-            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
-                problems.append(f"capture.tables: {item!r} is not db.table")
-        return problems
-
-
-class ConflictPolicy(enum.StrEnum):
-    """How a rule's conflicts are decided (§11.4–11.5)."""
-
-    MANUAL = "MANUAL"
-    SHORE_WINS = "SHORE_WINS"
-    LAST_WRITER_WINS = "LAST_WRITER_WINS"
-
-
-class TieBreak(enum.StrEnum):
-    """Last writer wins with equal business times: the lower or the higher node id wins."""
-
-    LOWER_NODE_ID = "LOWER_NODE_ID"
-    HIGHER_NODE_ID = "HIGHER_NODE_ID"
-
-
-@dataclass(frozen=True)
-class TablePolicy:
-    """One rule's conflict policy; `time_column` only for LAST_WRITER_WINS."""
-
-    policy: ConflictPolicy
-    time_column: str = ""
-
-
-@dataclass(frozen=True)
-class ConflictsConfig:
-    """Conflict arbitration in `tidesync shore work` (§11.3–11.6).
-
-    `policies` maps tables to policies, comma-separated: `db.table=SHORE_WINS`,
-    `db.table=LAST_WRITER_WINS:updated_at`, `db.table=MANUAL`; other tables use
-    `default_policy`. Last writer wins compares the business time column of both versions; a
-    missing or unreadable time, or two times further apart than `max_clock_skew_seconds` from
-    the capture times, goes to a person instead.
-    """
-
-    default_policy: ConflictPolicy = ConflictPolicy.MANUAL
-    policies: str = ""
-    max_clock_skew_seconds: int = 300
-    tie_break: TieBreak = TieBreak.LOWER_NODE_ID
-    # An automatic decision holds a lease; a worker that dies mid-decision is taken over.
-    auto_decide_lease_seconds: int = 60
-    # Cases waiting for a person longer than this breach their SLA (conflict center).
-    manual_sla_hours: int = 24
-    poll_interval_ms: int = 500
-
-    def table_policies(self) -> dict[tuple[str, str], TablePolicy]:
-        out: dict[tuple[str, str], TablePolicy] = {}
-        for item in filter(None, (p.strip() for p in self.policies.split(","))):
-            table, _, spec = item.partition("=")
-            database, _, name = table.strip().partition(".")
-            policy_name, _, column = spec.strip().partition(":")
-            out[(database, name)] = TablePolicy(ConflictPolicy(policy_name.strip()),
-                                                column.strip())
-        return out
-
-    def policy_for(self, database: str, table: str) -> TablePolicy:
-        return self.table_policies().get((database, table), TablePolicy(self.default_policy))
-
-    def validate(self) -> list[str]:
-        problems = []
-        for name in ("max_clock_skew_seconds", "auto_decide_lease_seconds", "manual_sla_hours",
-                     "poll_interval_ms"):
-            if getattr(self, name) < 1:
-                problems.append(f"conflicts.{name}: must be >= 1")
-        if self.default_policy is ConflictPolicy.LAST_WRITER_WINS:
-            problems.append("conflicts.default_policy: LAST_WRITER_WINS needs a time column, "
-                            "so it is set per table in conflicts.policies")
-        for item in filter(None, (p.strip() for p in self.policies.split(","))):
-            table, sep, spec = item.partition("=")
-            policy_name, _, column = spec.strip().partition(":")
-            if not sep or table.strip().count(".") != 1:
-                problems.append(f"conflicts.policies: {item!r} is not db.table=POLICY")
-                continue
-            try:
-                policy = ConflictPolicy(policy_name.strip())
-            except ValueError:
-                problems.append(f"conflicts.policies: {policy_name.strip()!r} is not one of "
-                                f"{', '.join(p.value for p in ConflictPolicy)}")
-                continue
-            if (policy is ConflictPolicy.LAST_WRITER_WINS) != bool(column.strip()):
-                problems.append(f"conflicts.policies: {item!r}: LAST_WRITER_WINS takes a time "
-                                "column (POLICY:column), the other policies none")
-        return problems
-
-
-@dataclass(frozen=True)
 class ProjectionsConfig:
     """The read side's views (`tidesync shore work`, `tidesync projections`): notifications
     per batch (one transaction each), and how often inputs that are not event streams
@@ -521,17 +312,17 @@ class DownlinkConfig:
     The shore's own capture (Debezium or `tidesync ship capture` pointed at the shore MySQL)
     writes the shore's row changes to topics matching `topic_pattern`; `tidesync shore work`
     consumes them when `kafka_bootstrap_servers` is set and issues one command per change for
-    each target node (`nodes`: comma-separated node ids, or `*` for every active node).
+    each target node (`nodes`: an array of node ids, or `["*"]` for every active node).
     """
 
     kafka_bootstrap_servers: str = ""
     topic_pattern: str = r"^sync\.cdc\.shore\."
     consumer_group: str = "tidesync-shore-cdc"
     source_connector_id: str = "debezium-mysql"
-    bidirectional_tables: str = ""
+    bidirectional_tables: tuple[str, ...] = ()
     column_types_file: str = ""
-    nodes: str = "*"
-    kafka_consumer_options: str = ""
+    nodes: tuple[str, ...] = ("*",)
+    kafka_consumer_options: Mapping[str, str] = field(default_factory=dict)
     # GET /sync/v1/commands: the largest page a ship may ask for.
     max_page_size: int = 500
 
@@ -546,12 +337,8 @@ class DownlinkConfig:
             re.compile(self.topic_pattern)
         except re.error as error:
             problems.append(f"downlink.topic_pattern: not a regular expression ({error})")
-        for item in filter(None, (t.strip() for t in self.bidirectional_tables.split(","))):
-            if item.count(".") != 1 or item.startswith(".") or item.endswith("."):
-                problems.append(f"downlink.bidirectional_tables: {item!r} is not db.table")
-        for item in filter(None, (t.strip() for t in self.kafka_consumer_options.split(","))):
-            if "=" not in item:
-                problems.append(f"downlink.kafka_consumer_options: {item!r} is not key=value")
+        problems += bad_table_names("downlink.bidirectional_tables", self.bidirectional_tables)
+        problems += _bad_options("downlink.kafka_consumer_options", self.kafka_consumer_options)
         return problems
 
 
@@ -561,7 +348,7 @@ class Config:
     ship: ShipConfig = field(default_factory=ShipConfig)
     event_store: EventStoreConfig = field(default_factory=EventStoreConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
-    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     conflicts: ConflictsConfig = field(default_factory=ConflictsConfig)
     downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
@@ -714,7 +501,50 @@ def _coerce(value: object, target: object) -> object:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {value!r}")
         return value
+    origin = typing.get_origin(target)
+    if origin is tuple:
+        return _coerce_list(value)
+    if origin in (Mapping, dict, collections.abc.Mapping):
+        return _coerce_table(value)
     raise ValueError(f"unsupported setting type {target!r}")
+
+
+def _coerce_list(value: object) -> tuple[str, ...]:
+    """A TOML array of strings; in an environment variable, comma-separated text."""
+    items: Sequence[object]
+    if isinstance(value, str):
+        items = value.split(",")
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise ValueError(f"expected an array of strings, got {value!r}")
+    if not all(isinstance(item, str) for item in items):
+        raise ValueError(f"expected an array of strings, got {value!r}")
+    return tuple(text for item in items if (text := str(item).strip()))
+
+
+def _coerce_table(value: object) -> dict[str, str]:
+    """A TOML table of scalar values; in an environment variable, `key=value,key=value`."""
+    if isinstance(value, str):
+        pairs: list[tuple[str, object]] = []
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            key, sep, text = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"{item!r} is not key=value")
+            pairs.append((key.strip(), text.strip()))
+    elif isinstance(value, dict):
+        pairs = [(str(key), item) for key, item in value.items()]
+    else:
+        raise ValueError(f"expected a table, got {value!r}")
+    out: dict[str, str] = {}
+    for name, setting in pairs:
+        if isinstance(setting, bool):
+            out[name] = "true" if setting else "false"
+        elif isinstance(setting, str | int | float):
+            out[name] = str(setting)
+        else:
+            raise ValueError(f"{name}: expected a string, number or boolean, got {setting!r}")
+    return out
 
 
 def _coerce_bool(value: object) -> bool:

@@ -32,6 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from tidesync.domain.errors import TidesyncError, Unavailable
+from tidesync.embedded_store import EmbeddedPostgres, EmbeddedStoreError, stop_server
 
 TANSU_BIN_ENV = "TIDESYNC_TANSU_BIN"
 MARIADBD_BIN_ENV = "TIDESYNC_MARIADBD_BIN"
@@ -457,8 +458,6 @@ def admin_dsn_for_tests() -> str:
 
 
 def _embedded_test_server() -> str:
-    from tidesync.embedded_store import EmbeddedPostgres, EmbeddedStoreError, stop_server
-
     global _EMBEDDED_TEST_DIR
     if _EMBEDDED_TEST_DIR is None:
         _EMBEDDED_TEST_DIR = Path(tempfile.mkdtemp(prefix="tidesync-pg-"))

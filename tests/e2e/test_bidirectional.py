@@ -28,13 +28,14 @@ from tests.e2e.test_ship_to_shore import REPOSITORY, wait_until
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env
-from tidesync.capture.runner import run_capture
-from tidesync.config import CaptureConfig, CaptureSource, Config, ShipConfig
+from tidesync.bootstrap.capture import run_capture
+from tidesync.capture.settings import CaptureConfig, CaptureSource
+from tidesync.config import Config, ShipConfig
+from tidesync.domain.node import secret_text
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.state import SQLiteShipState
 from tidesync.shore.worker import ShoreApps
-from tidesync.target.schema import enable_mysql_table
-from tidesync.wire.signing import secret_text
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -71,7 +72,7 @@ class Fleet:
         log = self.log_dir / f"{name}-{len(self.logs)}.log"
         with log.open("wb") as output:
             self.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "tidesync.cli", *args], env=env, cwd=REPOSITORY,
+                [sys.executable, "-m", "tidesync", *args], env=env, cwd=REPOSITORY,
                 stdout=output, stderr=subprocess.STDOUT)
         self.logs[name] = log
 
@@ -134,7 +135,7 @@ class Fleet:
             return conn.execute(sql, params).fetchall()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tidesync.cli", *args], env=self.cli_env,
+        return subprocess.run([sys.executable, "-m", "tidesync", *args], env=self.cli_env,
                               cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
 
 
@@ -196,8 +197,8 @@ def fleet(pg_database: Any, servers: dict[str, Any], kafka_broker: Any, tmp_path
         position_path=str(tmp_path / f"capture-{key}.sqlite"), flush_interval_ms=50,
         mysql_host=server.host, mysql_port=server.port, mysql_user=server.user,
         mysql_password=server.password, server_id=9000 + secrets.randbelow(900),
-        databases=database)) for key, server in servers.items()]
-    tables = ",".join(f"{database}.{t}" for t in TABLES)
+        databases=(database,))) for key, server in servers.items()]
+    tables = tuple(f"{database}.{t}" for t in TABLES)
     try:
         for capture in captures:  # start positions: now
             run_capture(capture, until_caught_up=True)
@@ -227,7 +228,7 @@ def fleet(pg_database: Any, servers: dict[str, Any], kafka_broker: Any, tmp_path
                 TIDESYNC_DOWNLINK__TOPIC_PATTERN=rf"^sync\.cdc\.{logical['shore']}\.",
                 TIDESYNC_DOWNLINK__CONSUMER_GROUP=f"shore-cdc-{token}",
                 TIDESYNC_DOWNLINK__SOURCE_CONNECTOR_ID=f"{logical['shore']}-builtin",
-                TIDESYNC_DOWNLINK__BIDIRECTIONAL_TABLES=tables,
+                TIDESYNC_DOWNLINK__BIDIRECTIONAL_TABLES=",".join(tables),
                 TIDESYNC_DOWNLINK__NODES=f"{names['a']},{names['b']}",
                 TIDESYNC_CONFLICTS__POLICIES=policies.format(db=database),
                 TIDESYNC_SHORE__APPLY_LEASE_SECONDS="5")

@@ -20,7 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.services
 
-TIDESYNC = [sys.executable, "-m", "tidesync.cli"]
+TIDESYNC = [sys.executable, "-m", "tidesync"]
 RECONCILED = re.compile(
     r"^(?P<table>\w+)\s+(?P<ship>\d+)\s+(?P<shore>\d+)\s+(?P<ship_sum>[0-9a-f]{12})\s+"
     r"(?P<shore_sum>[0-9a-f]{12})\s+(?P<match>yes|NO)$", re.MULTILINE)

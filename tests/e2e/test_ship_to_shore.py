@@ -31,12 +31,14 @@ from tests.integration.capture_support import read_records
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
 from tests.integration.test_ship_client import client_env
 from tests.integration.test_shore_work_crash import worker_env
-from tidesync.capture.runner import SQLitePositionStore, run_capture
-from tidesync.config import CaptureConfig, CaptureSource, Config, ShipConfig
+from tidesync.bootstrap.capture import run_capture
+from tidesync.capture.positions import SQLitePositionStore
+from tidesync.capture.settings import CaptureConfig, CaptureSource
+from tidesync.config import Config, ShipConfig
+from tidesync.domain.node import secret_text
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.state import SQLiteShipState
-from tidesync.target.schema import enable_mysql_table
-from tidesync.wire.signing import secret_text
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -169,7 +171,7 @@ class Pipeline:
         # Output goes to a file: a pipe nobody reads could fill up and stall the process.
         log = self.log_dir / f"{len(self.processes):02d}-{args[0]}-{args[1]}.log"
         with log.open("wb") as output:
-            process = subprocess.Popen([sys.executable, "-m", "tidesync.cli", *args], env=env,
+            process = subprocess.Popen([sys.executable, "-m", "tidesync", *args], env=env,
                                        cwd=REPOSITORY, stdout=output, stderr=subprocess.STDOUT)
         self.processes.append(process)
         self.logs[process.pid] = log
@@ -236,7 +238,7 @@ def pipeline(pg_database: Any, ship_mariadb: Any, shore_mariadb: Any, kafka_brok
             position_path=str(tmp_path / "capture-position.sqlite"), batch_max_records=500,
             flush_interval_ms=100, mysql_host=ship_mariadb.host, mysql_port=ship_mariadb.port,
             mysql_user=ship_mariadb.user, mysql_password=ship_mariadb.password,
-            server_id=9000 + secrets.randbelow(900), databases=database))
+            server_id=9000 + secrets.randbelow(900), databases=(database,)))
         with running(config, clock) as url:  # type: ignore[arg-type]
             ship = ShipConfig(
                 node_id=ship_node, shore_url=url, secret=secret_text(issued.secret),
@@ -244,7 +246,7 @@ def pipeline(pg_database: Any, ship_mariadb: Any, shore_mariadb: Any, kafka_brok
                 kafka_bootstrap_servers=kafka_broker.bootstrap_servers,
                 topic_pattern=rf"^sync\.cdc\.{logical}\.",
                 source_connector_id=f"{logical}-builtin",
-                bidirectional_tables=",".join(f"{database}.{t}" for t in TABLES),
+                bidirectional_tables=tuple(f"{database}.{t}" for t in TABLES),
                 receipts_interval_seconds=1, heartbeat_interval_seconds=5, **ship_settings)
             state = Pipeline(database, ship_conn, shore_conn, capture_config, ship,
                              client_env(ship),

@@ -23,13 +23,13 @@ from tests.integration.test_ingress import (
     running,
     statuses,
 )
+from tidesync.bootstrap.shore import build_worker
+from tidesync.bootstrap.target import mysql_target_applier
 from tidesync.config import TargetConfig
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.worker import build_worker
-from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 from tidesync.wire import sync_pb2 as pb
 
 pytestmark = pytest.mark.services
@@ -101,7 +101,7 @@ def test_uplink_applies_every_event_exactly_once(pg_database, shore_mariadb,
         target = TargetConfig(host=shore_mariadb.host, port=shore_mariadb.port,
                               user=shore_mariadb.user, password=shore_mariadb.password,
                               node_id="shore")
-        applier = MySQLTargetApplier.from_config(target, lambda db, table: (db, table))
+        applier = mysql_target_applier(target, lambda db, table: (db, table))
         worker, close = build_worker(dataclasses.replace(config, target=target), applier,
                                      settings=ProcessorSettings(chunk_size=10))
         try:

@@ -41,13 +41,14 @@ from tests.integration.test_ingress import (
     node_service,
     running,
 )
-from tidesync.bootstrap import build_target_applier, postgres_conninfo
+from tidesync.bootstrap.event_store import postgres_conninfo
+from tidesync.bootstrap.shore import build_worker
+from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig, TargetConfig
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.embedded_store import stop_server
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.worker import build_worker
 from tidesync.target.sqlite import SQLiteTargetApplier
 from tidesync.wire import sync_pb2 as pb
 
@@ -136,7 +137,7 @@ def worker_env(data_dir: Path, business: Path, **extra: str) -> dict[str, str]:
 
 
 def run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidesync.cli", *args], env=env, cwd=REPOSITORY,
+    return subprocess.run([sys.executable, "-m", "tidesync", *args], env=env, cwd=REPOSITORY,
                           capture_output=True, text=True, timeout=120)
 
 

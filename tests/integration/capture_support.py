@@ -9,14 +9,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tidesync.cdc.debezium import (
-    DebeziumNormalizer,
-    KafkaRecord,
-    Normalized,
-    NormalizerSettings,
-    Skip,
-    SkipReason,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+from tidesync.cdc.outcomes import Normalized, Skip, SkipReason
 from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.values import Value
 

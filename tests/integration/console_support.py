@@ -18,27 +18,29 @@ from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 
 from tests.integration.shore_support import ITEMS_DDL, ShipLog, receive
-from tidesync.config import Config, ConsoleConfig, EventStoreConfig, EventStoreKind, ShoreConfig
+from tidesync.apps.master_key import SecretBox
+from tidesync.apps.users import UsersApplication, UserService
+from tidesync.bootstrap.console import console_stores
+from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig
 from tidesync.domain.user import Role
-from tidesync.graphql.accounts import UsersApplication, UserService
-from tidesync.graphql.console import Console, ConsoleStores
-from tidesync.ingress.master_key import SecretBox
+from tidesync.entrypoints.http import create_app
+from tidesync.graphql.console import Console
+from tidesync.graphql.settings import ConsoleSettings
 from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import Catalogue, OpenApplications
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
-from tidesync.shore.server import create_app
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 SHORE_NODE = "shore"
 MASTER_KEY = bytes(range(32))
 
-TEST_SETTINGS = ConsoleConfig(auth_cache_ms=0, wait_timeout_ms=1500,
-                              sensitive_columns="shipdb.items.price")
+TEST_SETTINGS = ConsoleSettings(auth_cache_ms=0, wait_timeout_ms=1500,
+                              sensitive_columns=("shipdb.items.price",))
 
 
 def small_pools(env: dict[str, str]) -> dict[str, str]:
@@ -170,7 +172,7 @@ class ConsoleWorld:
 
 @contextmanager
 def console_world(target: MariaDBInstance,
-                  settings: ConsoleConfig = TEST_SETTINGS) -> Iterator[ConsoleWorld]:
+                  settings: ConsoleSettings = TEST_SETTINGS) -> Iterator[ConsoleWorld]:
     """A console on a private PostgreSQL database and a fresh target database."""
     database = PostgresDatabase().create()
     target_database = target.create_database(f"t_{secrets.token_hex(6)}")
@@ -188,9 +190,9 @@ def console_world(target: MariaDBInstance,
         def open_target() -> MySQLTargetApplier:
             return world_ref[0].applier()
 
-        console = Console(settings, ConsoleStores(
-            event_store_env=database.eventsourcing_env(), conninfo=database.dsn,
-            open_target=open_target, open_box=lambda: SecretBox(MASTER_KEY)))
+        console = Console(settings, console_stores(
+            database.eventsourcing_env(), database.dsn, open_target,
+            lambda: SecretBox(MASTER_KEY)))
         config = replace(config_for(database), console=settings)
         app = create_app(config, console=console)
         with TestClient(app, raise_server_exceptions=True) as client:

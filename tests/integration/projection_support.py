@@ -17,19 +17,19 @@ from psycopg_pool import ConnectionPool
 
 from tests.clocks import ManualClock
 from tests.integration.shore_support import ITEMS_DDL, ShipLog, receive
+from tidesync.apps.jobs import replay
+from tidesync.apps.master_key import SecretBox
+from tidesync.apps.nodes import Actor, NodesApplication, NodeService
 from tidesync.domain.apply_job import ErrorClass
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.ingress.heartbeats import PostgresHeartbeats
-from tidesync.ingress.master_key import SecretBox
-from tidesync.ingress.nodes import Actor, NodesApplication, NodeService
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import Catalogue, OpenApplications, ViewSettings
-from tidesync.shore.jobs import replay
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.shore.worker import ShoreApps
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 from tidesync.wire import sync_pb2 as pb
 
 SHORE_NODE = "shore"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tidesync.target.schema import enable_sqlite_table
+from tidesync.target.sqlite_schema import enable_sqlite_table
 
 # SQLite does not enforce VARCHAR lengths: the CHECK gives the target a permanent rejection.
 SQLITE_ITEMS_DDL = (

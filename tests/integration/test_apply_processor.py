@@ -21,16 +21,16 @@ from tests.integration.shore_support import (
     receive,
     shore_apps,
 )
+from tidesync.apps.jobs import ReplayRefused, replay, summarize
 from tidesync.domain.apply_job import ApplyJob, ErrorClass, apply_job_id
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.conflict_case import ConflictCase
 from tidesync.projections.engine import PostgresProjectionRunner
 from tidesync.projections.receipts import ReceiptsProjection
-from tidesync.shore.jobs import ReplayRefused, replay, summarize
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 

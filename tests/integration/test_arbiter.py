@@ -29,20 +29,20 @@ from tests.integration.test_apply_processor import (
     make_processor,
     node,
 )
-from tidesync.cli import main
+from tidesync.apps.conflicts import CaseChanged, ConflictService, Decision
 from tidesync.domain.arbitration import Policy, PolicyName
 from tidesync.domain.change_event import Operation, RecordKey, Revision
 from tidesync.domain.conflict_case import ConflictState, DecisionSide
-from tidesync.domain.downlink_command import CommandKind, DecisionPayload, RowChangePayload
-from tidesync.shore.arbiter import Arbiter, ArbiterSettings
-from tidesync.shore.conflicts import (
-    CaseChanged,
-    ConflictService,
-    Decision,
-    PostgresRecordKeys,
-    TargetRevisionReader,
+from tidesync.domain.downlink_command import (
+    CommandKind,
+    DecisionPayload,
+    NewCommand,
+    RowChangePayload,
 )
-from tidesync.shore.downlink import DownlinkService, NewCommand, open_downlink
+from tidesync.entrypoints.cli import main
+from tidesync.shore.arbiter import Arbiter, ArbiterSettings
+from tidesync.shore.conflicts import PostgresRecordKeys, TargetRevisionReader
+from tidesync.shore.downlink import DownlinkService, open_downlink
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, columns_to_wire

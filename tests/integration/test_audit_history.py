@@ -171,8 +171,8 @@ def test_a_downlink_command_replays_with_the_ships_answer_and_no_values(pg_datab
 
     from tests.integration.test_arbiter import ack
     from tidesync.domain.change_event import Operation, RecordKey, Revision
-    from tidesync.domain.downlink_command import CommandKind, RowChangePayload
-    from tidesync.shore.downlink import NewCommand, open_downlink
+    from tidesync.domain.downlink_command import CommandKind, NewCommand, RowChangePayload
+    from tidesync.shore.downlink import open_downlink
     from tidesync.wire import sync_pb2 as pb
 
     downlink = open_downlink(pg_database.eventsourcing_env(), pg_database.dsn)

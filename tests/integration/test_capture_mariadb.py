@@ -31,20 +31,17 @@ from tests.integration.capture_support import (
     read_records,
     settings_for,
 )
+from tidesync.capture.binlog import BinlogSettings, MySQLBinlogCapture
+from tidesync.capture.checkpointer import Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
-from tidesync.capture.runner import (
-    BinlogSettings,
-    Checkpointer,
-    KafkaEnvelopePublisher,
-    MySQLBinlogCapture,
-    SQLitePositionStore,
-)
+from tidesync.capture.positions import SQLitePositionStore
+from tidesync.capture.publisher import KafkaEnvelopePublisher
+from tidesync.capture.settings import CaptureStart
 from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.config import CaptureStart
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -325,7 +322,7 @@ def capture_env(instance: Any, database: str, bootstrap: str, position_path: Pat
 
 def run_capture_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidesync.cli", "ship", "capture", "--until-caught-up"],
+        [sys.executable, "-m", "tidesync", "ship", "capture", "--until-caught-up"],
         cwd=REPOSITORY, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
 
@@ -412,7 +409,7 @@ def test_the_long_running_command_follows_new_changes_and_stops_cleanly(
     env = capture_env(ship_mariadb, database, kafka_broker.bootstrap_servers, position_path,
                       logical, TIDESYNC_CAPTURE__SERVER_ID="9105")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tidesync.cli", "ship", "capture"], cwd=REPOSITORY, env=env,
+        [sys.executable, "-m", "tidesync", "ship", "capture"], cwd=REPOSITORY, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         store = SQLitePositionStore(position_path)
@@ -445,7 +442,7 @@ def test_the_long_running_command_follows_new_changes_and_stops_cleanly(
 
 def test_a_killed_binlog_connection_resumes_from_the_saved_position(
         ship_mariadb, kafka_broker, ship_database, tmp_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="tidesync.capture.runner")
+    caplog.set_level(logging.WARNING, logger="tidesync.capture.binlog")
     ship, database = ship_database
     name = f"sync.cdc.t{secrets.token_hex(4)}"
     bootstrap = kafka_broker.bootstrap_servers

@@ -28,9 +28,11 @@ from tests.integration.capture_support import (
     settings_for,
 )
 from tests.integration.test_capture_mariadb import assert_same_changes
+from tidesync.capture.checkpointer import Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
 from tidesync.capture.errors import CaptureError
-from tidesync.capture.runner import Checkpointer, KafkaEnvelopePublisher, SQLitePositionStore
+from tidesync.capture.positions import SQLitePositionStore
+from tidesync.capture.publisher import KafkaEnvelopePublisher
 from tidesync.capture.sqlite import (
     CHANGELOG_TABLE,
     SQLiteChangelogCapture,
@@ -38,7 +40,7 @@ from tidesync.capture.sqlite import (
 )
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import JsonText, Value
-from tidesync.target.schema import enable_sqlite_table
+from tidesync.target.sqlite_schema import enable_sqlite_table
 
 pytestmark = pytest.mark.services
 
@@ -201,7 +203,7 @@ def test_sync_triggers_recreated_after_capture_stop_it_with_a_clear_error(
 
 def run_capture_process(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidesync.cli", "ship", "capture", "--until-caught-up"],
+        [sys.executable, "-m", "tidesync", "ship", "capture", "--until-caught-up"],
         cwd=REPOSITORY, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
 

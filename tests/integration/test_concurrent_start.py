@@ -11,7 +11,7 @@ import pytest
 from eventsourcing.application import Application
 
 from tests.integration.test_ingress import make_config
-from tidesync.bootstrap import event_store_env
+from tidesync.bootstrap.event_store import event_store_env
 
 pytestmark = pytest.mark.services
 

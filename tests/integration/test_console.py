@@ -18,7 +18,6 @@ import pytest
 
 from tests.integration.console_support import ConsoleWorld, config_for, console_world
 from tests.integration.shore_support import ShipLog, receive
-from tidesync.cli import main
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -27,8 +26,8 @@ from tidesync.domain.change_event import (
     SourceCoordinates,
     event_id_for,
 )
-from tidesync.domain.downlink_command import CommandKind, DecisionPayload
-from tidesync.shore.downlink import NewCommand
+from tidesync.domain.downlink_command import CommandKind, DecisionPayload, NewCommand
+from tidesync.entrypoints.cli import main
 
 pytestmark = pytest.mark.services
 

@@ -22,19 +22,21 @@ from tests.integration.test_ingress import (
     make_config,
     node_service,
 )
-from tidesync.bootstrap import build_ingress, event_store_env, postgres_conninfo
+from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.ingress import build_ingress
 from tidesync.config import Config
 from tidesync.domain.change_event import Operation, RecordKey, Revision, tombstone_revision
 from tidesync.domain.downlink_command import (
     CommandKind,
     DecisionPayload,
+    NewCommand,
     RowChangePayload,
     command_id_for,
 )
+from tidesync.entrypoints.http import BackgroundServer, create_app
 from tidesync.localservices import PostgresDatabase
 from tidesync.migrations import migrate_postgres
-from tidesync.shore.downlink import DownlinkService, NewCommand, open_downlink
-from tidesync.shore.server import BackgroundServer, create_app
+from tidesync.shore.downlink import DownlinkService, open_downlink
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 

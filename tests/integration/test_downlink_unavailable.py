@@ -16,13 +16,13 @@ from tests.integration.test_ingress import (
     make_config,
     node_service,
 )
-from tidesync.bootstrap import build_ingress
+from tidesync.bootstrap.ingress import build_ingress
 from tidesync.config import Config
+from tidesync.entrypoints.http import BackgroundServer, create_app
 from tidesync.ingress.routes import Ingress
 from tidesync.localservices import PostgresDatabase
 from tidesync.migrations import migrate_postgres
 from tidesync.shore.downlink import LazyDownlink, open_downlink
-from tidesync.shore.server import BackgroundServer, create_app
 
 
 @contextmanager

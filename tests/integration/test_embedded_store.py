@@ -14,10 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tidesync.bootstrap import event_store_env, postgres_conninfo
+from tidesync.apps.nodes import NodesApplication
+from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
 from tidesync.config import EventStoreConfig, EventStoreKind
 from tidesync.embedded_store import EmbeddedPostgres, EmbeddedStoreError, stop_server
-from tidesync.ingress.nodes import NodesApplication
 
 pytestmark = pytest.mark.services
 

@@ -21,15 +21,16 @@ import zstandard
 
 from tests.clocks import ManualClock, rounded_now
 from tests.integration.sync_client import Answer, SyncClient, send
-from tidesync.bootstrap import build_ingress, event_store_env
+from tidesync.apps.master_key import SecretBox
+from tidesync.apps.nodes import Actor, NodesApplication, NodeService
+from tidesync.bootstrap.event_store import event_store_env
+from tidesync.bootstrap.ingress import build_ingress
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
+from tidesync.entrypoints.http import BackgroundServer, create_app
 from tidesync.ingress.auth import sign_request
-from tidesync.ingress.master_key import SecretBox
-from tidesync.ingress.nodes import Actor, NodesApplication, NodeService
 from tidesync.localservices import PostgresDatabase, free_port
 from tidesync.migrations import migrate_postgres
-from tidesync.shore.server import BackgroundServer, create_app
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
@@ -402,7 +403,7 @@ def test_client_certificate_identity_from_a_trusted_proxy(
     ship_factory: Callable[..., Ship],
 ) -> None:
     ship = ship_factory(client_identity_header="X-Client-Cert-Subject",
-                        trusted_proxies="127.0.0.1")
+                        trusted_proxies=("127.0.0.1",))
     beat = heartbeat(ship.node_id, ship.clock())
     other = ship.client.heartbeat(beat, headers={"X-Client-Cert-Subject": "CN=ship-other,O=X"})
     assert (other.status, other.error().reason_code) == (401, "AUTH_IDENTITY_MISMATCH")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tidesync.cli import main
+from tidesync.domain.node import secret_from_text
 from tidesync.embedded_store import stop_server
-from tidesync.wire.signing import secret_from_text
+from tidesync.entrypoints.cli import main
 
 pytestmark = pytest.mark.services
 

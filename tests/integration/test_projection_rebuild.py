@@ -93,7 +93,7 @@ def built(pg_database, shore_mariadb, make_mariadb_database):
     with migrated_pool(pg_database) as pool, shore_apps(pg_database) as apps, \
             read_side(pg_database, apps) as read:
         sent = run_scenario(pool, apps, read, shore_mariadb, database, conn)
-        from tidesync.ingress.nodes import Actor, NodeService
+        from tidesync.apps.nodes import Actor, NodeService
 
         NodeService(read.nodes, None).revoke(sent.node_id, Actor("carol", "sold"),
                                              sent_time())

@@ -196,7 +196,7 @@ def test_node_overview_shows_status_and_the_reported_heartbeat(scenario):
 
 def test_node_overview_follows_a_revoke(scenario):
     pool, read, sent = scenario
-    from tidesync.ingress.nodes import Actor, NodeService
+    from tidesync.apps.nodes import Actor, NodeService
 
     NodeService(read.nodes, None).revoke(sent.node_id, Actor("carol", "ship sold"),
                                          dt.datetime(2019, 12, 1, tzinfo=dt.UTC))

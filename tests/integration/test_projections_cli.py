@@ -12,8 +12,8 @@ import pytest
 
 from tests.integration.projection_support import new_node_id, save_synthetic_jobs, shore_apps
 from tests.integration.shore_support import migrated_pool, pg_rows
-from tidesync.cli import main
-from tidesync.projections.commands import ProgressPrinter
+from tidesync.entrypoints.cli import main
+from tidesync.entrypoints.projections_cli import ProgressPrinter
 from tidesync.projections.rebuild import RebuildProgress
 
 pytestmark = pytest.mark.services
@@ -74,8 +74,8 @@ def test_rebuild_reports_progress_and_is_audited_then_status_shows_it_current(co
     assert code == 0
     history = json.loads(out)
     assert [(e["event_type"], e["actor"], e["reason"]) for e in history["events"]] == [
-        ("OperatorAction.Requested", "tester", "index fix"),
-        ("OperatorAction.Completed", "tester", "rebuild switched in")]
+        ("OperatorAction.Requested", "user:tester", "index fix"),
+        ("OperatorAction.Completed", "user:tester", "rebuild switched in")]
     code, out, _ = run(capsys, "audit", "history", "operator_action", action_id,
                        "--version", "2")
     state = json.loads(out)

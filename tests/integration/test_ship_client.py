@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,17 +26,18 @@ from tests.clocks import WallClock
 from tests.integration.ship_support import ItemsCapture, RunningShore, produce
 from tests.integration.shore_support import ITEMS_DDL, ledger_ids
 from tests.integration.test_ingress import ACTOR, make_config, node_service, running
+from tidesync.bootstrap.ship import build_client
+from tidesync.bootstrap.shore import build_worker
+from tidesync.bootstrap.target import mysql_target_applier
 from tidesync.config import ShipConfig, TargetConfig
+from tidesync.domain.node import secret_text
+from tidesync.entrypoints.ship_client_cli import status_report
 from tidesync.migrations import migrate_postgres
-from tidesync.ship.client import ExitCode, build_client
-from tidesync.ship.client_commands import status_report
+from tidesync.ship.client import ExitCode
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.telemetry import Subsystem
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.worker import build_worker
-from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
-from tidesync.wire.signing import secret_text
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -63,7 +64,7 @@ def shore_for_ship(pg_database: Any, shore_mariadb: Any, database: str, *,
     node_id = f"it-ship-{secrets.token_hex(4)}"
     with node_service(config) as service:
         issued = service.register(node_id, ACTOR, clock())
-    applier = MySQLTargetApplier.from_config(target, lambda db, table: (db, table))
+    applier = mysql_target_applier(target, lambda db, table: (db, table))
     apply_worker, close = build_worker(config, applier,
                                        settings=ProcessorSettings(chunk_size=200))
     apply_worker.idle_sleep = 0.1
@@ -86,7 +87,7 @@ def ship_config(shore: RunningShore, broker: Any, state_path: Path, **extra: Any
     return ShipConfig(node_id=shore.node_id, shore_url=shore.url, secret=shore.secret_text,
                       state_path=str(state_path),
                       kafka_bootstrap_servers=broker.bootstrap_servers,
-                      bidirectional_tables=f"{shore.database}.items",
+                      bidirectional_tables=(f"{shore.database}.items",),
                       # The broker is shared by the session: read only this test's topics.
                       topic_pattern=rf"^sync\.cdc\.{shore.database}\.",
                       receipts_interval_seconds=1, heartbeat_interval_seconds=1, **extra)
@@ -191,7 +192,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
 
 
 def run_client(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "tidesync.cli", "ship", "run", *args],
+    return subprocess.Popen([sys.executable, "-m", "tidesync", "ship", "run", *args],
                             env=env, cwd=REPOSITORY, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
 
@@ -200,7 +201,12 @@ def client_env(config: ShipConfig) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith("TIDESYNC_")}
     for field in dataclasses.fields(config):
-        env[f"TIDESYNC_SHIP__{field.name.upper()}"] = str(getattr(config, field.name))
+        value = getattr(config, field.name)
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        elif isinstance(value, Mapping):
+            value = ",".join(f"{key}={item}" for key, item in value.items())
+        env[f"TIDESYNC_SHIP__{field.name.upper()}"] = str(value)
     return env
 
 

@@ -29,7 +29,7 @@ from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState
 from tidesync.ship.telemetry import Subsystem
 from tidesync.ship.transport import LinkError, RetrySchedule, ShoreRefused
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 

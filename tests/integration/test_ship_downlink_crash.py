@@ -24,10 +24,10 @@ from tests.integration.shore_support import run_sql
 from tests.integration.test_ship_downlink import SHIP_NODE, ship_db  # noqa: F401
 from tests.integration.test_ship_downlink_support import SHORE, CommandLog, FakeShore
 from tidesync.domain.change_event import Revision
+from tidesync.domain.node import secret_text
 from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.signing import secret_text
 
 pytestmark = pytest.mark.services
 
@@ -102,7 +102,7 @@ def ship_env(url: str, state_path: Path, instance: object, bootstrap: str,
 
 
 def ship_run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tidesync.cli", "ship", "run", "--until-idle",
+    return subprocess.run([sys.executable, "-m", "tidesync", "ship", "run", "--until-idle",
                            "--timeout", "60"], env=env, cwd=REPOSITORY, capture_output=True,
                           text=True, timeout=120)
 

@@ -24,11 +24,11 @@ from tests.integration.test_ship_downlink import (  # noqa: F401  (ship_db is a 
     ship_db,
 )
 from tests.integration.test_ship_downlink_support import CommandLog, FakeShore
+from tidesync.bootstrap.ship import normalizer_for
 from tidesync.cdc.kafka import KafkaQueue, QueueSettings
 from tidesync.config import ShipConfig
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
-from tidesync.ship.client import normalizer_for
-from tidesync.ship.client_commands import status_report
+from tidesync.entrypoints.ship_client_cli import status_report
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.state import platform_write_id
 from tidesync.target.mysql import MySQLTargetApplier
@@ -74,7 +74,7 @@ def test_captured_remote_applies_are_not_uploaded_and_local_edits_are(
         run_until_caught_up(ship_mariadb, ship_db, bootstrap, position_path, name, 9301)
 
         config = ShipConfig(node_id=SHIP_NODE, kafka_bootstrap_servers=bootstrap,
-                            bidirectional_tables=f"{ship_db}.items")
+                            bidirectional_tables=(f"{ship_db}.items",))
         sendable: list[ChangeEvent] = []
         consume(world, name, bootstrap, config, sendable=sendable,
                 until=lambda: _rows(world) >= 7)

@@ -26,16 +26,18 @@ from tests import target_events
 from tests.integration.shore_support import use_event_store
 from tests.integration.test_capture_mariadb import run_until_caught_up
 from tests.integration.test_ingress import make_config
-from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
+from tidesync.apps.operations import OperationsApplication
+from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.shore import build_worker
+from tidesync.bootstrap.target import build_target_applier
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.cdc.kafka import KafkaQueue, QueueSettings
-from tidesync.cli import main
 from tidesync.config import DownlinkConfig, TargetConfig
 from tidesync.domain.change_event import Operation, Revision, tombstone_revision
 from tidesync.domain.downlink_command import RowChangePayload
+from tidesync.entrypoints.cli import main
 from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.migrations import migrate_postgres
-from tidesync.projections.operations import OperationsApplication
 from tidesync.shore.downlink import DownlinkService, open_downlink
 from tidesync.shore.shore_cdc import (
     PartitionKey,
@@ -43,9 +45,8 @@ from tidesync.shore.shore_cdc import (
     TargetNodes,
 )
 from tidesync.shore.shore_cdc_holds import HoldRefused, ShoreCdcHolds
-from tidesync.shore.worker import build_worker
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -379,15 +380,15 @@ def test_star_targets_every_active_registered_node(pg_database: PostgresDatabase
         nodes.register(kept, ACTOR, clock())
         nodes.register(revoked, ACTOR, clock())
         nodes.revoke(revoked, ACTOR, clock())
-    from tidesync.ingress.nodes import NodesApplication
+    from tidesync.apps.nodes import NodesApplication
 
-    targets = TargetNodes("*", lambda: NodesApplication(env=event_store_env(config.event_store)))
+    targets = TargetNodes(("*",), lambda: NodesApplication(env=event_store_env(config.event_store)))
     try:
         found = targets()
     finally:
         targets.close()
     assert kept in found and revoked not in found
-    assert TargetNodes(" a, b ", lambda: None)() == ["a", "b"]
+    assert TargetNodes([" a", "b "], lambda: None)() == ["a", "b"]
 
 
 def test_shore_work_runs_the_consumer_beside_the_apply_processor(
@@ -402,7 +403,7 @@ def test_shore_work_runs_the_consumer_beside_the_apply_processor(
             kafka_bootstrap_servers=shore.bootstrap,
             topic_pattern="^" + re.escape(shore.name) + r"\.",
             consumer_group=f"work-{shore.name}", source_connector_id="shore-builtin",
-            bidirectional_tables=f"{shore.database}.parts", nodes=",".join(shore.nodes)))
+            bidirectional_tables=(f"{shore.database}.parts",), nodes=tuple(shore.nodes)))
     shore.execute("INSERT INTO parts (id, name, qty, price) VALUES (5, 'filter', 3, 7.25)")
     shore.capture()
     worker, close = build_worker(config, build_target_applier(config.target))

@@ -20,7 +20,7 @@ from tests.integration.shore_support import (
     pg_rows,
     receive,
 )
-from tidesync.target.schema import enable_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
 
@@ -49,7 +49,7 @@ def worker_env(pg_database, shore_mariadb, **extra: str) -> dict[str, str]:
 
 def run_worker(env: dict[str, str], worker_id: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tidesync.cli", "shore", "work", "--once", "--worker-id",
+        [sys.executable, "-m", "tidesync", "shore", "work", "--once", "--worker-id",
          worker_id], env=env, capture_output=True, text=True, timeout=120,
     )
 
@@ -101,16 +101,16 @@ def test_jobs_cli_lists_dead_events_and_refuses_to_replay_malformed(pg_database,
     env = worker_env(pg_database, shore_mariadb)
     with migrated_pool(pg_database):
         pass
-    listed = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "list", "--node",
+    listed = subprocess.run([sys.executable, "-m", "tidesync", "jobs", "list", "--node",
                              "nobody-here"], env=env, capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert "every received event is applied" in listed.stdout
-    refused = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "replay", "--class",
+    refused = subprocess.run([sys.executable, "-m", "tidesync", "jobs", "replay", "--class",
                               "MALFORMED", "--reason", "try"], env=env, capture_output=True,
                              text=True, timeout=60)
     assert refused.returncode == 2
     assert "MALFORMED events are never replayed" in refused.stderr
-    unknown = subprocess.run([sys.executable, "-m", "tidesync.cli", "jobs", "replay", "--class",
+    unknown = subprocess.run([sys.executable, "-m", "tidesync", "jobs", "replay", "--class",
                               "BOGUS", "--reason", "try"], env=env, capture_output=True,
                              text=True, timeout=60)
     assert unknown.returncode == 2 and "unknown class" in unknown.stderr

@@ -16,13 +16,13 @@ from tests import target_events
 from tests.integration.shore_support import run_sql
 from tests.target_events import SHIP, SHORE, insert, update
 from tests.target_events import delete as delete_event
-from tidesync.cli import main as cli_main
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText
+from tidesync.entrypoints.cli import main as cli_main
 from tidesync.localservices import MariaDBInstance
 from tidesync.target.contract import TargetOutcomeKind, TransientTargetError
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table, inspect_mysql_table
+from tidesync.target.mysql_schema import enable_mysql_table, inspect_mysql_table
 
 PARTS_DDL = ("CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL,"
              " qty INT NULL, code VARCHAR(10) NULL UNIQUE) ENGINE=InnoDB")

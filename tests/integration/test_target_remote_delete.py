@@ -17,8 +17,9 @@ from tidesync.domain.change_event import Revision, tombstone_revision
 from tidesync.localservices import MariaDBInstance
 from tidesync.target.contract import TargetOutcomeKind
 from tidesync.target.mysql import MySQLTargetApplier
-from tidesync.target.schema import enable_mysql_table, enable_sqlite_table
+from tidesync.target.mysql_schema import enable_mysql_table
 from tidesync.target.sqlite import SQLiteTargetApplier
+from tidesync.target.sqlite_schema import enable_sqlite_table
 
 PARTS_DDL = ("CREATE TABLE parts (id BIGINT PRIMARY KEY, name VARCHAR(20) NOT NULL,"
              " qty INT NULL)")

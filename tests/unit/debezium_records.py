@@ -15,12 +15,8 @@ from typing import Any
 import pytest
 
 from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.cdc.debezium import (
-    DebeziumNormalizer,
-    KafkaRecord,
-    NormalizerSettings,
-    Outcome,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+from tidesync.cdc.outcomes import Outcome
 
 TOPIC = "ship7.fleet.orders"
 

@@ -118,7 +118,7 @@ def test_an_auto_decide_lease_is_refused_while_held_and_taken_over_after_expiry(
     with pytest.raises(ConflictRefused) as refused:
         c.start_auto_decide("w2", "SHORE_WINS", at(0.5).isoformat(), at(1.5).isoformat(),
                             "a", "r")
-    assert refused.value.code is ConflictRefusal.LEASE_HELD
+    assert refused.value.refusal is ConflictRefusal.LEASE_HELD
     c.start_auto_decide("w2", "SHORE_WINS", at(2).isoformat(), at(3).isoformat(), "a", "r")
     assert c.state is ConflictState.AUTO_DECIDING
     assert c.lease == {"owner": "w2", "policy": "SHORE_WINS", "until": at(3).isoformat(),
@@ -147,12 +147,12 @@ def test_a_rejected_decision_goes_again_to_that_node_only():
                 {"node_id": "ship-b", "command_id": "c2"}], False, "a", "queued")
     with pytest.raises(ConflictRefused) as nothing_rejected:
         c.redispatch("ship-a", "c3", "user:ana", "table enabled now")
-    assert nothing_rejected.value.code is ConflictRefusal.NOT_REDISPATCHABLE
+    assert nothing_rejected.value.refusal is ConflictRefusal.NOT_REDISPATCHABLE
     assert not c.record_ack("ship-a", "c1", "COMMAND_REJECTED", "TARGET_SCHEMA", "node:ship-a",
                             "not applied")
     with pytest.raises(ConflictRefused) as unexplained:
         c.redispatch("ship-a", "c3", "user:ana", " ")
-    assert unexplained.value.code is ConflictRefusal.REASON_REQUIRED
+    assert unexplained.value.refusal is ConflictRefusal.REASON_REQUIRED
     with pytest.raises(ConflictRefused):
         c.redispatch("ship-b", "c3", "user:ana", "it did not reject")
 

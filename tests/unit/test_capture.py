@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.clocks import rounded_now
+from tidesync.capture.change_records import RowChange, change_records
+from tidesync.capture.checkpointer import Checkpointer
 from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
@@ -24,14 +26,8 @@ from tidesync.capture.envelope_writer import (
     TableDefinition,
 )
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
-from tidesync.capture.runner import (
-    CapturePosition,
-    Checkpointer,
-    JsonConverter,
-    RowChange,
-    SQLitePositionStore,
-    change_records,
-)
+from tidesync.capture.positions import CapturePosition, SQLitePositionStore
+from tidesync.capture.publisher import JsonConverter
 from tidesync.capture.sqlite import (
     CHANGELOG_TABLE,
     enable_sqlite_capture,
@@ -42,10 +38,10 @@ from tidesync.capture.sqlite import (
 )
 from tidesync.capture.tables import binlog_converter, mysql_column, shortest_float32
 from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
-from tidesync.cli import main
 from tidesync.config import ConfigError, load_config
 from tidesync.domain.values import BitString, JsonText
-from tidesync.target.schema import enable_sqlite_table
+from tidesync.entrypoints.cli import main
+from tidesync.target.sqlite_schema import enable_sqlite_table
 
 UTC = dt.UTC
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from tidesync.cli import main
+from tidesync.entrypoints.cli import main
 
-TIDESYNC = [sys.executable, "-m", "tidesync.cli"]
+TIDESYNC = [sys.executable, "-m", "tidesync"]
 
 
 def test_help_lists_the_subcommands():

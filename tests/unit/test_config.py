@@ -83,3 +83,51 @@ def test_a_configuration_of_the_retired_sqlite_event_store_says_what_to_use(tmp_
         'event_store.kind: the SQLite event store was retired; use "embedded" (a private'
         " PostgreSQL server in event_store.embedded_dir, the default) or \"postgres\""
         " (from TIDESYNC_EVENT_STORE__KIND)"]
+
+
+def test_lists_and_maps_are_toml_arrays_and_tables(tmp_path) -> None:
+    path = tmp_path / "tidesync.toml"
+    path.write_text(
+        '[shore]\ntrusted_proxies = ["10.0.0.5", "127.0.0.1"]\n'
+        '[ship]\nbidirectional_tables = ["fleet.items", "fleet.parts"]\n'
+        '[ship.kafka_consumer_options]\n"fetch.max.bytes" = 1048576\n"check.crcs" = true\n'
+        '[capture]\ndatabases = ["fleet"]\ntables = ["fleet.items"]\n'
+        '[console]\nsensitive_columns = ["crew.*.passport_no"]\n'
+        '[conflicts.policies]\n"fleet.items" = "SHORE_WINS"\n'
+        '"fleet.parts" = "LAST_WRITER_WINS:updated_at"\n'
+        '[downlink]\nnodes = ["ship-1", "ship-2"]\n', encoding="utf-8")
+    config = load_config(path, env={})
+    assert config.shore.trusted_proxies == ("10.0.0.5", "127.0.0.1")
+    assert config.ship.table_set() == {("fleet", "items"), ("fleet", "parts")}
+    assert config.ship.kafka_consumer_options == {"fetch.max.bytes": "1048576",
+                                                  "check.crcs": "true"}
+    assert config.capture.databases == ("fleet",) and config.capture.tables == ("fleet.items",)
+    assert config.console.sensitive_columns == ("crew.*.passport_no",)
+    assert config.conflicts.policy_for("fleet", "parts").time_column == "updated_at"
+    assert config.conflicts.policy_for("fleet", "items").policy.value == "SHORE_WINS"
+    assert config.downlink.nodes == ("ship-1", "ship-2")
+    # An environment variable carries the same as text: comma-separated, key=value.
+    from_env = load_config(env={
+        "TIDESYNC_SHIP__BIDIRECTIONAL_TABLES": "fleet.items, fleet.parts",
+        "TIDESYNC_SHIP__KAFKA_CONSUMER_OPTIONS": "fetch.max.bytes=1048576,check.crcs=true",
+        "TIDESYNC_CONFLICTS__POLICIES": "fleet.parts=LAST_WRITER_WINS:updated_at"})
+    assert from_env.ship.bidirectional_tables == config.ship.bidirectional_tables
+    assert from_env.ship.kafka_consumer_options == config.ship.kafka_consumer_options
+    assert from_env.conflicts.policies == {"fleet.parts": "LAST_WRITER_WINS:updated_at"}
+
+
+@pytest.mark.parametrize(("toml", "problem"), [
+    ('[ship]\nbidirectional_tables = [1, 2]\n', "ship.bidirectional_tables: expected an array"),
+    ('[ship]\nbidirectional_tables = ["items"]\n', "'items' is not db.table"),
+    ('[downlink]\nnodes = "a"\n[downlink.kafka_consumer_options]\nx = [1]\n',
+     "x: expected a string, number or boolean"),
+    ('[conflicts.policies]\n"fleet.items" = "SOMETIMES"\n', "'SOMETIMES' is not one of"),
+    ('[conflicts.policies]\nitems = "MANUAL"\n', "'items' is not db.table"),
+    ('[conflicts]\npolicies = ["fleet.items"]\n', "conflicts.policies: expected a table"),
+])
+def test_a_wrong_list_or_map_says_which_setting_and_why(tmp_path, toml, problem) -> None:
+    path = tmp_path / "tidesync.toml"
+    path.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    assert problem in str(refused.value)

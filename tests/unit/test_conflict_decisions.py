@@ -70,7 +70,8 @@ def decide(case: ConflictCase, side: DecisionSide = DecisionSide.SHORE,
 def refusal(action) -> ConflictRefusal:
     with pytest.raises(ConflictRefused) as refused:
         action()
-    return refused.value.code
+    assert refused.value.code == refused.value.refusal  # the same code, as an ErrorCode
+    return refused.value.refusal
 
 
 def test_a_shore_decision_keeps_the_shore_row_without_sync_columns():

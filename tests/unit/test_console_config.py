@@ -17,10 +17,14 @@ def test_console_defaults_are_closed_and_bounded():
 
 def test_console_settings_from_file_and_environment(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[console]\nintrospection = true\nsensitive_columns = "crew.*.passport"\n')
+    path.write_text('[console]\nintrospection = true\n'
+                    'sensitive_columns = ["crew.*.passport", "shop.items.price"]\n')
     console = load_config(path, env={"TIDESYNC_CONSOLE__MAX_PAGE_SIZE": "500"}).console
     assert console.introspection is True and console.max_page_size == 500
-    assert console.sensitive_columns == "crew.*.passport"
+    assert console.sensitive_columns == ("crew.*.passport", "shop.items.price")
+    # A file written before lists were arrays still reads: comma-separated text.
+    path.write_text('[console]\nsensitive_columns = "crew.*.passport, shop.items.price"\n')
+    assert load_config(path, env={}).console.sensitive_columns == console.sensitive_columns
 
 
 def test_invalid_console_settings_are_all_reported():

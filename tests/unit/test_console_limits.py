@@ -10,11 +10,11 @@ import pytest
 from graphql import GraphQLError, parse, specified_rules, validate
 from strawberry.extensions.max_aliases import create_validator
 
-from tidesync.config import ConsoleConfig
 from tidesync.graphql.limits import QueryLimits, limits_rule
 from tidesync.graphql.schema import build_schema, schema_sdl
+from tidesync.graphql.settings import ConsoleSettings
 
-SCHEMA = build_schema(ConsoleConfig())._schema
+SCHEMA = build_schema(ConsoleSettings())._schema
 
 
 def check(document: str, **limits: int) -> list[GraphQLError]:
@@ -95,9 +95,9 @@ def test_literal_page_sizes_outside_the_cap_are_refused():
     "{ __schema { types { name } } }", '{ __type(name: "Node") { fields { name } } }',
 ])
 def test_introspection_is_off_unless_configured(document):
-    closed = build_schema(ConsoleConfig()).execute_sync(document)
+    closed = build_schema(ConsoleSettings()).execute_sync(document)
     assert closed.errors and closed.data is None
-    opened = build_schema(ConsoleConfig(introspection=True)).execute_sync(document)
+    opened = build_schema(ConsoleSettings(introspection=True)).execute_sync(document)
     assert not opened.errors
 
 

@@ -10,6 +10,14 @@ import uuid
 
 import pytest
 
+from tidesync.apps.users import (
+    UserAlreadyExists,
+    UserNotFound,
+    UsersApplication,
+    UserService,
+    token_digest,
+    token_user_id,
+)
 from tidesync.domain.user import (
     ROLE_PERMISSIONS,
     InvalidUserName,
@@ -18,15 +26,7 @@ from tidesync.domain.user import (
     User,
     UserError,
 )
-from tidesync.graphql.accounts import (
-    TokenAuthenticator,
-    UserAlreadyExists,
-    UserNotFound,
-    UsersApplication,
-    UserService,
-    token_digest,
-    token_user_id,
-)
+from tidesync.graphql.accounts import TokenAuthenticator
 
 
 def test_the_role_matrix():

@@ -28,15 +28,8 @@ from tests.unit.debezium_records import (
     source_block,
     with_schema,
 )
-from tidesync.cdc.debezium import (
-    Block,
-    BlockReason,
-    KafkaRecord,
-    Normalized,
-    Outcome,
-    Skip,
-    SkipReason,
-)
+from tidesync.cdc.debezium import KafkaRecord
+from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome, Skip, SkipReason
 from tidesync.domain.change_event import Operation, Revision, tombstone_revision
 from tidesync.domain.values import canonical_text
 

@@ -15,17 +15,8 @@ import pytest
 
 from tests.unit.debezium_records import fixtures_dir
 from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.cdc.debezium import (
-    Block,
-    BlockReason,
-    DebeziumNormalizer,
-    KafkaRecord,
-    Normalized,
-    NormalizerSettings,
-    Outcome,
-    Skip,
-    SkipReason,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome, Skip, SkipReason
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,

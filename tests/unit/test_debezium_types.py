@@ -26,14 +26,9 @@ from tests.unit.debezium_records import (
     with_schema,
 )
 from tidesync.cdc.column_types import MySQLColumnType
-from tidesync.cdc.debezium import (
-    Block,
-    BlockReason,
-    DebeziumNormalizer,
-    DecimalHandling,
-    Normalized,
-    Outcome,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer
+from tidesync.cdc.debezium_values import DecimalHandling
+from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome
 from tidesync.domain.values import BitString, JsonText, Value, value_to_json
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"

@@ -21,6 +21,7 @@ from tidesync.domain.change_event import (
     tombstone_revision,
 )
 from tidesync.domain.downlink_command import (
+    BadCursor,
     CommandKind,
     CommandResult,
     DecisionPayload,
@@ -28,10 +29,10 @@ from tidesync.domain.downlink_command import (
     RowChangePayload,
     command_id_for,
     needs_follow_up,
+    parse_cursor,
     payload_from_json,
 )
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.shore.downlink import BadCursor, parse_cursor
 from tidesync.shore.shore_cdc import row_change_payload
 
 UTC = dt.UTC

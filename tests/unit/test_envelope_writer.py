@@ -198,12 +198,8 @@ def test_wide_decimals_keep_every_digit_through_the_normalizer():
         SourceInfo,
         TableDefinition,
     )
-    from tidesync.cdc.debezium import (
-        DebeziumNormalizer,
-        KafkaRecord,
-        Normalized,
-        NormalizerSettings,
-    )
+    from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+    from tidesync.cdc.outcomes import Normalized
 
     table = TableDefinition("fleet", "ledger", (
         ColumnDefinition.parse("id", "int", nullable=False),

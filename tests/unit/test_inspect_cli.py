@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.unit.debezium_records import fixtures_dir
-from tidesync.cli import main
+from tidesync.entrypoints.cli import main
 
 FIXTURES = fixtures_dir()
-TIDESYNC = [sys.executable, "-m", "tidesync.cli"]
+TIDESYNC = [sys.executable, "-m", "tidesync"]
 CUSTOMERS = {"inventory.customers": {"id": "int", "first_name": "varchar(255)",
                                      "last_name": "varchar(255)", "email": "varchar(255)"}}
 EVENT_FIELDS = [

@@ -16,6 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.clocks import rounded_now
+from tidesync.apps.master_key import MasterKeyError, SecretBox, load_master_key
+from tidesync.apps.nodes import (
+    Actor,
+    NodeAlreadyRegistered,
+    NodeNotFound,
+    NodesApplication,
+    NodeService,
+)
 from tidesync.config import ShoreConfig
 from tidesync.domain.node import (
     InvalidNodeId,
@@ -24,17 +32,9 @@ from tidesync.domain.node import (
     NodeRevoked,
     NodeStatus,
     node_uuid,
+    secret_from_text,
 )
-from tidesync.ingress.master_key import MasterKeyError, SecretBox, load_master_key
-from tidesync.ingress.nodes import (
-    Actor,
-    NodeAlreadyRegistered,
-    NodeDirectory,
-    NodeNotFound,
-    NodesApplication,
-    NodeService,
-)
-from tidesync.wire.signing import secret_from_text
+from tidesync.ingress.nodes import NodeDirectory
 
 NOW = rounded_now()
 ACTOR = Actor("alice", "commissioning", "trace-1")
@@ -206,19 +206,19 @@ def test_the_key_file_is_created_private(tmp_path: Path) -> None:
     path = tmp_path / "keys" / "master.key"
     shore = ShoreConfig(master_key_file=str(path))
     with pytest.raises(MasterKeyError, match="does not exist"):
-        load_master_key(shore)
-    key = load_master_key(shore, create=True)
+        load_master_key(shore.master_key, shore.master_key_file)
+    key = load_master_key(shore.master_key, shore.master_key_file, create=True)
     assert len(key) == 32 and stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert load_master_key(shore) == key
+    assert load_master_key(shore.master_key, shore.master_key_file) == key
     path.chmod(0o640)
     with pytest.raises(MasterKeyError, match="group or others"):
-        load_master_key(shore)
+        load_master_key(shore.master_key, shore.master_key_file)
 
 
 def test_the_key_from_configuration_wins(tmp_path: Path) -> None:
     text = base64.b64encode(KEY).decode()
     shore = ShoreConfig(master_key=text, master_key_file=str(tmp_path / "absent"))
-    assert load_master_key(shore, create=True) == KEY
+    assert load_master_key(shore.master_key, shore.master_key_file, create=True) == KEY
     assert not (tmp_path / "absent").exists()
     with pytest.raises(MasterKeyError):
-        load_master_key(ShoreConfig(master_key=base64.b64encode(b"short").decode()))
+        load_master_key(base64.b64encode(b"short").decode(), '')

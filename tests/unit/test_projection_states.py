@@ -14,10 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tidesync.bootstrap.shore import view_settings
 from tidesync.config import Config, ConfigError, load_config
 from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
 from tidesync.domain.change_event import Operation, RecordKey, SourceCoordinates, event_id_for
 from tidesync.domain.conflict_case import ConflictCase, key_digest, rule_for
+from tidesync.domain.operator_action import OperatorAction, OperatorActionError
 from tidesync.projections.backlog import wire_facts
 from tidesync.projections.catalogue import default_catalogue, render_credentials, render_results
 from tidesync.projections.conflict_center import (
@@ -26,7 +28,6 @@ from tidesync.projections.conflict_center import (
     lifecycle_summary,
 )
 from tidesync.projections.history import FieldChange, _diff
-from tidesync.projections.operations import OperatorAction, OperatorActionError
 from tidesync.projections.record_head import RecordHeadProjection, record_location
 from tidesync.projections.registry import ViewSettings
 from tidesync.projections.states import StreamStates, digest, plain, state_digest
@@ -176,13 +177,13 @@ def test_catalogue_names_kinds_of_unregistered_aggregates_after_their_class():
 
 
 def test_settings_come_from_the_one_configuration(tmp_path):
-    assert ViewSettings.from_config(Config()) == ViewSettings()
+    assert view_settings(Config()) == ViewSettings()
     path = tmp_path / "tidesync.toml"
     path.write_text("[conflicts]\nmanual_sla_hours = 4\n[projections]\nrefresh_seconds = 2\n")
     config = load_config(path, {"TIDESYNC_PROJECTIONS__BATCH_SIZE": "10",
                                 # The old variables are not settings any more: ignored.
                                 "TIDESYNC_VIEW_BATCH_SIZE": "99"})
-    settings = ViewSettings.from_config(config)
+    settings = view_settings(config)
     assert settings == ViewSettings(dt.timedelta(hours=4), 2.0, 10)
     assert default_catalogue(settings).settings is settings
 

@@ -205,7 +205,7 @@ def test_identity_from_the_asgi_tls_extension() -> None:
 
 
 def test_identity_header_is_believed_only_from_trusted_proxies() -> None:
-    source = IdentitySource.of("X-Client-Cert", "10.0.0.5, 127.0.0.1")
+    source = IdentitySource.of("X-Client-Cert", ["10.0.0.5", "127.0.0.1"])
     headers = [(b"x-client-cert", b"CN=ship-0042")]
     assert source.identity(scope(headers, client="127.0.0.1")) == "ship-0042"
     assert source.identity(scope(headers, client="192.0.2.7")) is None

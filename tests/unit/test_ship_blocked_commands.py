@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_ship_state import TOPIC, block_record, event_record
-from tidesync.cli import main
+from tidesync.entrypoints.cli import main
 from tidesync.ship.run_lock import StateInUse, exclusive
 from tidesync.ship.state import SQLiteShipState
 

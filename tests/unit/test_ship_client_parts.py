@@ -11,16 +11,11 @@ import pytest
 
 from benchmarks.ship import _Templates
 from tests.clocks import rounded_now
-from tidesync.cdc.debezium import (
-    DebeziumNormalizer,
-    KafkaRecord,
-    Normalized,
-    NormalizerSettings,
-    Skip,
-)
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.cli import build_parser, main
+from tidesync.cdc.outcomes import Normalized, Skip
 from tidesync.config import ConfigError, ShipConfig, load_config
+from tidesync.entrypoints.cli import build_parser, main
 from tidesync.ship.state import PartitionBacklog, SQLiteShipState, Watermark
 from tidesync.ship.telemetry import (
     HealthBoard,

@@ -12,8 +12,8 @@ from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState
 from tidesync.ship.transport import LinkError, RetrySchedule
-from tidesync.target.schema import enable_sqlite_table
 from tidesync.target.sqlite import SQLiteTargetApplier
+from tidesync.target.sqlite_schema import enable_sqlite_table
 from tidesync.wire import sync_pb2 as pb
 
 NODE = "ship-sqlite-1"

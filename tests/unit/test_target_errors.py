@@ -14,15 +14,16 @@ import pymysql
 import pytest
 
 from tidesync.target.cas import DuplicatePrimaryKey, StatementRejected
+from tidesync.target.column_kinds import ColumnKind, column_type
 from tidesync.target.contract import (
     CommitOutcomeUnknown,
     RejectReason,
     TargetError,
     TransientTargetError,
 )
-from tidesync.target.mysql import map_mysql_error
-from tidesync.target.schema import ColumnKind, column_type, trigger_names
+from tidesync.target.mysql_errors import map_mysql_error
 from tidesync.target.sqlite import map_sqlite_error
+from tidesync.target.table_state import trigger_names
 
 err = pymysql.err
 

@@ -17,12 +17,12 @@ import pytest
 from tests import target_events
 from tests.target_events import SHIP, SHORE, insert, update
 from tests.target_events import delete as delete_event
-from tidesync.cli import main as cli_main
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.values import BitString, JsonText
+from tidesync.entrypoints.cli import main as cli_main
 from tidesync.target.contract import TargetOutcomeKind, TransientTargetError
-from tidesync.target.schema import enable_sqlite_table, inspect_sqlite_table
 from tidesync.target.sqlite import SQLiteTargetApplier
+from tidesync.target.sqlite_schema import enable_sqlite_table, inspect_sqlite_table
 
 DB = "fleet_erp"
 PARTS_DDL = ("CREATE TABLE parts (id INTEGER PRIMARY KEY, name VARCHAR(20) NOT NULL,"

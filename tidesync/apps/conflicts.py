@@ -29,7 +29,7 @@ from tidesync.domain.downlink_command import (
     NewCommand,
     RowChangePayload,
 )
-from tidesync.domain.errors import TidesyncError, Unavailable
+from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.evidence import EvidenceValueError, parse_display
 
 DECISION_NAMESPACE = uuid.UUID("b4d07c2e-5a19-5e83-9f6b-1c3e7a2d4f80")
@@ -56,9 +56,11 @@ class CommandIssuer(Protocol):
 class ConflictCommandError(TidesyncError):
     """A conflict command that could not be carried out; `code` is stable."""
 
+    code = ErrorCode.REFUSED
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
 

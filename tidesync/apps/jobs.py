@@ -14,7 +14,7 @@ from typing import Protocol
 from tidesync.apps.apply_jobs import ApplyJobsApplication
 from tidesync.apps.recorder import Statement
 from tidesync.domain.apply_job import REPLAYABLE_CLASSES, ErrorClass
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 OpenEventCount = tuple[str, str, str | None, str | None, str | None, int]
 """(origin node, state, result, error class, reason code, events) of events not applied."""
@@ -46,6 +46,8 @@ class JobSummaryRow:
 
 class ReplayRefused(TidesyncError):
     """The requested class may not be replayed (MALFORMED never is)."""
+
+    code = ErrorCode.REFUSED
 
 
 def summarize(queue: JobQueue, node: str | None = None) -> list[JobSummaryRow]:

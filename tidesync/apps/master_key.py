@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 KEY_BYTES = 32
 _NONCE_BYTES = 12
@@ -23,6 +23,8 @@ _SEALED_PREFIX = "aesgcm1:"
 
 class MasterKeyError(TidesyncError):
     """The master key is missing, malformed, readable by others, or does not open a secret."""
+
+    code = ErrorCode.MASTER_KEY
 
 
 def load_master_key(key_text: str, key_file: str | Path, *, create: bool = False) -> bytes:

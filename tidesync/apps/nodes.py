@@ -15,25 +15,26 @@ from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
 from tidesync.apps.master_key import MasterKeyError, SecretBox
-from tidesync.domain.errors import Unavailable
+from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.node import (
+    SECRET_BYTES,
     Node,
     NodeError,
     NodeStatus,
     check_node_id,
     node_uuid,
+    secret_text,
 )
-from tidesync.wire.signing import SECRET_BYTES, secret_text
 
 RandomBytes = Callable[[int], bytes]
 
 
 class NodeNotFound(NodeError):
-    pass
+    code = ErrorCode.NOT_FOUND
 
 
 class NodeAlreadyRegistered(NodeError):
-    pass
+    code = ErrorCode.ALREADY_EXISTS
 
 
 class NodeStoreUnavailable(Unavailable):

@@ -16,7 +16,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
-from tidesync.domain.errors import Unavailable
+from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.user import (
     Role,
     User,
@@ -32,11 +32,11 @@ RandomBytes = Callable[[int], bytes]
 
 
 class UserNotFound(UserError):
-    pass
+    code = ErrorCode.NOT_FOUND
 
 
 class UserAlreadyExists(UserError):
-    pass
+    code = ErrorCode.ALREADY_EXISTS
 
 
 class UserStoreUnavailable(Unavailable):

@@ -18,8 +18,8 @@ from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
-from tidesync.cdc.kafka import KafkaQueue, QueueSettings, parse_options
-from tidesync.config import Config, TieBreak
+from tidesync.cdc.kafka import KafkaQueue, QueueSettings
+from tidesync.config import Config
 from tidesync.domain.arbitration import Policy, PolicyName
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.ingress.routes import Ingress
@@ -30,6 +30,7 @@ from tidesync.shore.arbiter import Arbiter, ArbiterSettings, Pool
 from tidesync.shore.conflicts import PostgresRecordKeys, TargetRevisionReader
 from tidesync.shore.downlink import LazyDownlink, open_downlink
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.shore.settings import TieBreak
 from tidesync.shore.shore_cdc import (
     ClosingConsumer,
     PostgresConsumerLock,
@@ -164,7 +165,7 @@ def build_shore_cdc(config: Config) -> ShoreCdcRunner:
             raise
         queue = KafkaQueue(QueueSettings(
             downlink_config.kafka_bootstrap_servers, downlink_config.consumer_group,
-            downlink_config.topic_pattern, parse_options(downlink_config.kafka_consumer_options)))
+            downlink_config.topic_pattern, dict(downlink_config.kafka_consumer_options)))
         return ClosingConsumer(
             queue, normalizer, applier, downlink,
             TargetNodes(downlink_config.nodes, lambda: NodesApplication(env=env)),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tidesync.config import TargetConfig
-from tidesync.target.contract import TargetApplier
+from tidesync.target.contract import Route, TargetApplier, same_names
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.sqlite import SQLiteTargetApplier
 
@@ -13,5 +13,12 @@ def build_target_applier(target: TargetConfig) -> TargetApplier:
     the MySQL server."""
     if target.sqlite_path:
         return SQLiteTargetApplier(target.sqlite_path, node_id=target.node_id)
-    return MySQLTargetApplier.from_config(target)
+    return mysql_target_applier(target)
 
+
+def mysql_target_applier(target: TargetConfig, route: Route = same_names) -> MySQLTargetApplier:
+    """The MySQL applier of a `[target]`-shaped section (`route` maps a change's database and
+    table to the target's)."""
+    return MySQLTargetApplier(host=target.host, port=target.port, user=target.user,
+                              password=target.password, database=target.database or None,
+                              node_id=target.node_id, route=route)

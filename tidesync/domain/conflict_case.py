@@ -21,7 +21,7 @@ from tidesync.domain.change_event import (
     table_rule,
     tombstone_revision,
 )
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.values import Value, canonical_value
 
 CONFLICT_NAMESPACE = uuid.UUID("7e4f2a18-93c5-5b61-a0d2-4c8e6f1b3a97")
@@ -94,9 +94,12 @@ class ConflictRefusal(enum.StrEnum):
 class ConflictRefused(TidesyncError):
     """A command the case's state or evidence does not allow; `code` is stable."""
 
-    def __init__(self, code: ConflictRefusal, message: str) -> None:
+    code = ErrorCode.REFUSED
+
+    def __init__(self, refusal: ConflictRefusal, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.refusal = refusal
+        self.code = ErrorCode(refusal.value)
         self.message = message
 
 

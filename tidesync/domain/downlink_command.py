@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from eventsourcing.domain import Aggregate, event
 
 from tidesync.domain.change_event import Operation, RecordKey, Revision
+from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.evidence import decode_value, parse_record_key
 from tidesync.domain.values import Value, canonical_value, frozen_row
 
@@ -34,6 +36,33 @@ class CommandResult(enum.StrEnum):
     COMMAND_ALREADY_APPLIED = "COMMAND_ALREADY_APPLIED"
     COMMAND_CONFLICT_REPORTED = "COMMAND_CONFLICT_REPORTED"
     COMMAND_REJECTED = "COMMAND_REJECTED"
+
+
+MAX_ACKS_PER_REQUEST = 1000
+_CURSOR = re.compile(r"0|[1-9][0-9]{0,18}")
+
+
+class DownlinkUnavailable(Unavailable):
+    """PostgreSQL could not be reached or was busy; the request may be retried."""
+
+
+class BadCursor(TidesyncError, ValueError):
+    """A page cursor this server did not issue."""
+
+    code = ErrorCode.INVALID_INPUT
+
+
+class TooManyAcks(TidesyncError, ValueError):
+    """More acks in one request than MAX_ACKS_PER_REQUEST."""
+
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+def parse_cursor(cursor: str) -> int:
+    """The last sequence a page returned ("" for none)."""
+    if cursor and (_CURSOR.fullmatch(cursor) is None or int(cursor) >= 1 << 63):
+        raise BadCursor("cursor is not one this server issued")
+    return int(cursor or 0)
 
 
 def command_id_for(node_id: str, kind: CommandKind, source_id: uuid.UUID) -> uuid.UUID:
@@ -174,6 +203,24 @@ class Acknowledgement:
     row_exists: bool
     current_row: list[list[object]] | None
     processed_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class NewCommand:
+    """A command to issue: its id follows from the node, the kind and the source."""
+
+    node_id: str
+    kind: CommandKind
+    source_id: uuid.UUID
+    payload: RowChangePayload | DecisionPayload
+    conflict_id: uuid.UUID | None = None
+    actor: str = "system:shore"
+    reason: str = ""
+    trace_id: str = ""
+
+    @property
+    def command_id(self) -> uuid.UUID:
+        return command_id_for(self.node_id, self.kind, self.source_id)
 
 
 class DownlinkCommand(Aggregate):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 from tidesync.domain.change_event import RecordKey
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.values import BitString, JsonText, Value, require_utc
 
 Tagged = list[object]
@@ -24,6 +24,8 @@ Tagged = list[object]
 
 class EvidenceValueError(TidesyncError, ValueError):
     """Display text that is not a value of the column's type."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 def value_tag(tagged: object) -> str:

@@ -5,6 +5,8 @@ Credentials hold only sealed (encrypted) secrets; sealing, randomness and the cl
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import enum
 import re
@@ -13,10 +15,29 @@ from dataclasses import dataclass
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 NODE_NAMESPACE = uuid.UUID("6a4e2f10-3b7c-5d9e-8f21-4c6b8a0d2e57")
 NODE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+SECRET_BYTES = 32
+
+
+def secret_text(secret: bytes) -> str:
+    """How a signing secret is shown and configured: unpadded base64url."""
+    return base64.urlsafe_b64encode(secret).rstrip(b"=").decode("ascii")
+
+
+def secret_from_text(text: str) -> bytes:
+    """A node signing secret from its configured form (unpadded base64url of 32 bytes)."""
+    try:
+        secret = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError) as error:
+        raise ValueError("a node secret is base64url text") from error
+    if len(secret) != SECRET_BYTES:
+        raise ValueError(f"a node secret holds {SECRET_BYTES} bytes")
+    return secret
 
 
 class NodeStatus(enum.StrEnum):
@@ -27,9 +48,11 @@ class NodeStatus(enum.StrEnum):
 class NodeError(TidesyncError):
     """A node command that the node's state does not allow."""
 
+    code = ErrorCode.REFUSED
+
 
 class InvalidNodeId(NodeError, ValueError):
-    pass
+    code = ErrorCode.INVALID_INPUT
 
 
 class NodeRevoked(NodeError):

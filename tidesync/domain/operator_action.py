@@ -9,11 +9,13 @@ import uuid
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 
 class OperatorActionError(TidesyncError):
     """An operator action that cannot be recorded as asked (no actor or reason)."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 class OperatorAction(Aggregate):

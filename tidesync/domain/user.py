@@ -12,7 +12,7 @@ import uuid
 
 from eventsourcing.domain import Aggregate, event
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 USER_NAMESPACE = uuid.UUID("2f8c1d4a-6b3e-5a70-9e12-8d4c6a2b0f35")
 USER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -69,9 +69,11 @@ class UserStatus(enum.StrEnum):
 class UserError(TidesyncError):
     """A user command that the user's state does not allow."""
 
+    code = ErrorCode.REFUSED
+
 
 class InvalidUserName(UserError, ValueError):
-    pass
+    code = ErrorCode.INVALID_INPUT
 
 
 def check_user_name(name: str) -> str:

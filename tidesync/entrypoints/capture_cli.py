@@ -16,19 +16,14 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from tidesync.bootstrap.capture import run_capture, topic_prefix
+from tidesync.capture.errors import CaptureError
+from tidesync.capture.positions import SQLitePositionStore
+from tidesync.capture.sqlite import enable_sqlite_capture
 from tidesync.config import Config, load_config
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
-
-
-def register_commands(commands: Commands) -> None:
-    """Add `ship capture` under the `ship` group (created if no other module made it)."""
-    from tidesync.ship.commands import ship_subparsers
-
-    ship_commands = ship_subparsers(commands)
-    if "capture" not in ship_commands.choices:
-        add_capture_command(ship_commands)
 
 
 def add_capture_command(ship_commands: Commands) -> None:
@@ -58,9 +53,6 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
-    from tidesync.capture.errors import CaptureError
-    from tidesync.capture.runner import run_capture
-
     config = _load(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -82,9 +74,6 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 
 def _run_enable(args: argparse.Namespace) -> int:
-    from tidesync.capture.errors import CaptureError
-    from tidesync.capture.sqlite import enable_sqlite_capture
-
     path = args.sqlite or _load(args).capture.sqlite_path
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
         for table in args.tables:
@@ -99,9 +88,6 @@ def _run_enable(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from tidesync.capture.errors import CaptureError
-    from tidesync.capture.runner import SQLitePositionStore, topic_prefix
-
     config = _load(args)
     try:
         name = topic_prefix(config)

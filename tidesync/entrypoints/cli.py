@@ -1,30 +1,29 @@
-"""The one command-line entry point, `tidesync`, and its subcommands.
-
-Subcommands import their implementation lazily so `tidesync --help` stays fast.
-"""
+"""The one command-line entry point, `tidesync`, and its subcommands (one module per area,
+each with `register_commands(commands)`)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
 
 from tidesync.config import Config, ConfigError, load_config
-from tidesync.entrypoints.demo import main_entry
-from tidesync.ship.inspect import add_inspect_debezium_arguments
-
-COMMAND_MODULES = (
-    "tidesync.entrypoints.shore_cli",
-    "tidesync.entrypoints.conflicts_cli",
-    "tidesync.entrypoints.nodes_cli",
-    "tidesync.target.commands",
-    "tidesync.ship.commands",
-    "tidesync.entrypoints.projections_cli",
-    "tidesync.entrypoints.console_cli",
+from tidesync.entrypoints import (
+    conflicts_cli,
+    console_cli,
+    nodes_cli,
+    projections_cli,
+    ship_cli,
+    shore_cli,
+    target_cli,
 )
-"""Modules that add subcommands: each has `register_commands(commands)`."""
+from tidesync.entrypoints.demo import main_entry
+from tidesync.entrypoints.inspect_cli import add_inspect_debezium_arguments
+
+COMMAND_MODULES = (shore_cli, conflicts_cli, nodes_cli, target_cli, ship_cli, projections_cli,
+                   console_cli)
+"""The modules that add subcommands, in the order `tidesync --help` lists them."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_config(commands)
     _add_inspect(commands)
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register_commands(commands)
+    for module in COMMAND_MODULES:
+        module.register_commands(commands)
     return parser
 
 

@@ -4,7 +4,6 @@ through the same ConflictService the console calls. Needs the PostgreSQL event s
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 import uuid
@@ -21,8 +20,10 @@ from tidesync.bootstrap.shore import open_pool
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
 from tidesync.domain.conflict_case import ConflictCase, ConflictRefused, DecisionSide
+from tidesync.domain.downlink_command import DownlinkUnavailable
+from tidesync.entrypoints.operator import actor_of
 from tidesync.shore.conflicts import PostgresRecordKeys, TargetRevisionReader
-from tidesync.shore.downlink import DownlinkUnavailable, open_downlink
+from tidesync.shore.downlink import open_downlink
 from tidesync.shore.worker import ShoreApps
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def _run_decide(args: argparse.Namespace) -> int:
             replacement = replacement_from_text(service.case(conflict_id), entries)
         outcome = service.decide(Decision(
             conflict_id=conflict_id, side=DecisionSide(args.side), reason=args.reason,
-            actor=f"user:{args.actor or getpass.getuser()}", replacement=replacement,
+            actor=actor_of(args), replacement=replacement,
             expected_version=args.expected_version))
     except (ConflictRefused, ConflictCommandError) as error:
         print(f"tidesync: refused ({error.code}): {error.message}", file=sys.stderr)
@@ -211,7 +212,7 @@ def _run_cancel(args: argparse.Namespace) -> int:
     session = _Session(_config(args))
     try:
         outcome = session.service().cancel(_case_id(args.conflict_id),
-                                           f"user:{args.actor or getpass.getuser()}",
+                                           actor_of(args),
                                            args.reason)
     except (ConflictRefused, ConflictCommandError) as error:
         print(f"tidesync: refused ({error.code}): {error.message}", file=sys.stderr)
@@ -229,7 +230,7 @@ def _run_redispatch(args: argparse.Namespace) -> int:
                              postgres_conninfo(config.event_store))
     try:
         outcome = session.service().redispatch(
-            _case_id(args.conflict_id), args.node, f"user:{args.actor or getpass.getuser()}",
+            _case_id(args.conflict_id), args.node, actor_of(args),
             args.reason, downlink, expected_version=args.expected_version)
     except (ConflictRefused, ConflictCommandError) as error:
         print(f"tidesync: refused ({error.code}): {error.message}", file=sys.stderr)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 import uuid
@@ -19,6 +18,7 @@ from tidesync.apps.users import UsersApplication, UserService
 from tidesync.bootstrap.event_store import event_store_env
 from tidesync.config import Config, load_config
 from tidesync.domain.user import Role, UserError
+from tidesync.entrypoints.operator import actor_of, add_audit_arguments
 from tidesync.graphql.schema import schema_sdl
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def register_commands(commands: Commands) -> None:
     add.add_argument("name", metavar="NAME",
                      help="1-63 of a-z, 0-9, '.', '_' and '-', starting alphanumeric")
     add.add_argument("--role", required=True, choices=ROLES, help="what the user may do")
-    _add_actor(add, default_reason="add console user")
+    add_audit_arguments(add, default_reason="add console user")
     add.set_defaults(handler=_run_add)
 
     listing = user_commands.add_parser("list", help="list console users")
@@ -46,7 +46,7 @@ def register_commands(commands: Commands) -> None:
 
     revoke = user_commands.add_parser("revoke", help="refuse the user's token from now on")
     revoke.add_argument("name", metavar="NAME")
-    _add_actor(revoke, default_reason=None)
+    add_audit_arguments(revoke, default_reason=None)
     revoke.set_defaults(handler=_run_revoke)
 
     console = commands.add_parser("console", help="the GraphQL console")
@@ -56,22 +56,12 @@ def register_commands(commands: Commands) -> None:
     schema.set_defaults(handler=_run_schema)
 
 
-def _add_actor(parser: argparse.ArgumentParser, default_reason: str | None) -> None:
-    parser.add_argument("--actor", default=None,
-                        help="who does this, for the audit trail (default: the OS user)")
-    if default_reason is None:
-        parser.add_argument("--reason", required=True, help="why, for the audit trail")
-    else:
-        parser.add_argument("--reason", default=default_reason,
-                            help="why, for the audit trail (default: %(default)s)")
-
-
 # ----------------------------------------------------------------------------- handlers
 
 
 def _run_add(args: argparse.Namespace) -> int:
     def run(service: UserService) -> None:
-        issued = service.add(args.name, Role(args.role), _actor(args), args.reason,
+        issued = service.add(args.name, Role(args.role), actor_of(args), args.reason,
                              uuid.uuid4().hex)
         print(f"user: {issued.name} ({issued.role.value})")
         print(f"token: {issued.token}")
@@ -99,7 +89,7 @@ def _run_list(args: argparse.Namespace) -> int:
 
 def _run_revoke(args: argparse.Namespace) -> int:
     def run(service: UserService) -> None:
-        service.revoke(args.name, _actor(args), args.reason, uuid.uuid4().hex)
+        service.revoke(args.name, actor_of(args), args.reason, uuid.uuid4().hex)
         print(f"user {args.name} revoked")
 
     return _with_service(args, run)
@@ -111,10 +101,6 @@ def _run_schema(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- plumbing
-
-
-def _actor(args: argparse.Namespace) -> str:
-    return args.actor or getpass.getuser()
 
 
 def _with_service(args: argparse.Namespace, run: Callable[[UserService], None]) -> int:

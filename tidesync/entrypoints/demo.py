@@ -42,28 +42,20 @@ from types import FrameType
 from typing import Any
 
 from tidesync.apps.nodes import Actor
+from tidesync.bootstrap.capture import topic_prefix
 from tidesync.bootstrap.event_store import postgres_conninfo
 from tidesync.bootstrap.ingress import open_node_service
+from tidesync.bootstrap.ship import build_client
 from tidesync.bootstrap.shore import build_worker
 from tidesync.bootstrap.target import build_target_applier
+from tidesync.capture.checkpointer import CaptureStats, Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.capture.runner import (
-    CaptureStats,
-    Checkpointer,
-    KafkaEnvelopePublisher,
-    SQLitePositionStore,
-    topic_prefix,
-)
+from tidesync.capture.positions import SQLitePositionStore
+from tidesync.capture.publisher import KafkaEnvelopePublisher
+from tidesync.capture.settings import CaptureConfig, CaptureSource
 from tidesync.capture.sqlite import SQLiteChangelogCapture, enable_sqlite_capture
-from tidesync.config import (
-    CaptureConfig,
-    CaptureSource,
-    Config,
-    EventStoreConfig,
-    EventStoreKind,
-    ShipConfig,
-    TargetConfig,
-)
+from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShipConfig, TargetConfig
+from tidesync.domain.actor import system_actor
 from tidesync.domain.clock import utc_now
 from tidesync.domain.errors import TidesyncError
 from tidesync.embedded_store import stop_server
@@ -76,11 +68,10 @@ from tidesync.entrypoints.demo_both_ways import (
 )
 from tidesync.entrypoints.http import BackgroundServer, create_app
 from tidesync.localservices import TansuBroker
-from tidesync.ship.client import build_client
 from tidesync.ship.state import SQLiteShipState, StateStoreError
 from tidesync.shore.processor import ProcessorSettings
 from tidesync.target.contract import LEDGER_TABLE
-from tidesync.target.schema import enable_sqlite_table
+from tidesync.target.sqlite_schema import enable_sqlite_table
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +144,7 @@ class DemoError(TidesyncError):
 def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
     """The embedded default: the event store a private PostgreSQL server, the business
     databases SQLite files, all under the data directory."""
-    tables = ",".join(f"main.{name}" for name in TABLES)
+    tables = tuple(f"main.{name}" for name in TABLES)
     downlink, conflicts, ship_target = both_ways_settings(
         list(TABLES), SHIP_NODE_ID, paths.ship_business)
     return dataclasses.replace(
@@ -329,7 +320,8 @@ class Progress:
 def register_node(config: Config) -> str:
     """Register the ship as a node on the shore; returns its signing secret (text)."""
     with open_node_service(config, sealing=True) as nodes:
-        issued = nodes.register(SHIP_NODE_ID, Actor("demo", "embedded-default demo"), utc_now())
+        issued = nodes.register(SHIP_NODE_ID, Actor(system_actor("demo"), "embedded-default demo"),
+                                utc_now())
     return issued.text
 
 

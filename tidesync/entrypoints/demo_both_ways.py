@@ -20,13 +20,8 @@ from typing import Any
 
 import psycopg
 
-from tidesync.config import (
-    ConflictPolicy,
-    ConflictsConfig,
-    DownlinkConfig,
-    ShipTargetConfig,
-    ShipTargetKind,
-)
+from tidesync.config import DownlinkConfig, ShipTargetConfig, ShipTargetKind
+from tidesync.shore.settings import ConflictPolicy, ConflictsConfig
 
 SHORE_LOGICAL_NAME = "shore"
 SHORE_PREFIX = f"sync.cdc.{SHORE_LOGICAL_NAME}"
@@ -47,14 +42,14 @@ class HeldRow:
 def both_ways_settings(tables: list[str], ship_node_id: str, ship_business: Path
                        ) -> tuple[DownlinkConfig, ConflictsConfig, ShipTargetConfig]:
     """The shore CDC consumer, the conflict policies and the ship's command target."""
-    names = ",".join(f"main.{name}" for name in tables)
+    names = tuple(f"main.{name}" for name in tables)
     downlink = DownlinkConfig(
         topic_pattern=rf"^{SHORE_PREFIX.replace('.', '[.]')}[.]",
         consumer_group="demo-shore-cdc", source_connector_id=f"{SHORE_LOGICAL_NAME}-builtin",
-        bidirectional_tables=names, nodes=ship_node_id)
+        bidirectional_tables=names, nodes=(ship_node_id,))
     conflicts = ConflictsConfig(
         default_policy=ConflictPolicy.SHORE_WINS,
-        policies=f"main.{POLICY_TABLE}=SHORE_WINS, main.{MANUAL_TABLE}=MANUAL",
+        policies={f"main.{POLICY_TABLE}": "SHORE_WINS", f"main.{MANUAL_TABLE}": "MANUAL"},
         poll_interval_ms=200)
     ship_target = ShipTargetConfig(kind=ShipTargetKind.SQLITE, sqlite_path=str(ship_business))
     return downlink, conflicts, ship_target

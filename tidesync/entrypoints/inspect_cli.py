@@ -11,16 +11,9 @@ import sys
 from pathlib import Path
 
 from tidesync.cdc.column_types import ColumnTypesError, InMemoryColumnTypes
-from tidesync.cdc.debezium import (
-    Block,
-    DebeziumNormalizer,
-    KafkaRecord,
-    Normalized,
-    NormalizerSettings,
-    Outcome,
-    source_of,
-)
-from tidesync.domain.errors import TidesyncError
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings, source_of
+from tidesync.cdc.outcomes import Block, Normalized, Outcome
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.event_json import change_event_to_json
 
 EXIT_OK = 0
@@ -29,7 +22,7 @@ EXIT_USAGE = 2
 
 
 class _UsageError(TidesyncError):
-    pass
+    code = ErrorCode.INVALID_INPUT
 
 
 def add_inspect_debezium_arguments(parser: argparse.ArgumentParser) -> None:

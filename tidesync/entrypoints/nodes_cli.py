@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import json
 import sys
 import uuid
@@ -21,6 +20,7 @@ from tidesync.bootstrap.ingress import open_node_service
 from tidesync.config import Config, load_config
 from tidesync.domain.clock import utc_now
 from tidesync.domain.node import NodeError
+from tidesync.entrypoints.operator import actor_of, add_audit_arguments
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -36,7 +36,7 @@ def register_commands(commands: Commands) -> None:
         "register", help="register a node and print its signing secret (shown once)")
     register.add_argument("node_id", metavar="NAME",
                           help="the node id: 1-63 of a-z, 0-9 and '-', starting alphanumeric")
-    _add_actor(register, default_reason="register node")
+    add_audit_arguments(register, default_reason="register node")
     register.set_defaults(handler=_run_register)
 
     rotate = node_commands.add_parser(
@@ -44,28 +44,18 @@ def register_commands(commands: Commands) -> None:
     rotate.add_argument("node_id", metavar="NODE")
     rotate.add_argument("--overlap-hours", type=float, default=24.0,
                         help="hours the previous secret stays valid (default: %(default)s)")
-    _add_actor(rotate, default_reason="rotate credential")
+    add_audit_arguments(rotate, default_reason="rotate credential")
     rotate.set_defaults(handler=_run_rotate)
 
     revoke = node_commands.add_parser(
         "revoke", help="refuse the node's requests from now on (its received data stays)")
     revoke.add_argument("node_id", metavar="NODE")
-    _add_actor(revoke, default_reason=None)
+    add_audit_arguments(revoke, default_reason=None)
     revoke.set_defaults(handler=_run_revoke)
 
     listing = node_commands.add_parser("list", help="list registered nodes")
     listing.add_argument("--json", action="store_true", help="print JSON lines")
     listing.set_defaults(handler=_run_list)
-
-
-def _add_actor(parser: argparse.ArgumentParser, default_reason: str | None) -> None:
-    parser.add_argument("--actor", default=None,
-                        help="who does this, for the audit trail (default: the OS user)")
-    if default_reason is None:
-        parser.add_argument("--reason", required=True, help="why, for the audit trail")
-    else:
-        parser.add_argument("--reason", default=default_reason,
-                            help="why, for the audit trail (default: %(default)s)")
 
 
 # ----------------------------------------------------------------------------- handlers
@@ -138,7 +128,7 @@ def _summary_json(summary: NodeSummary) -> dict[str, object]:
 
 
 def _actor(args: argparse.Namespace) -> Actor:
-    return Actor(args.actor or getpass.getuser(), args.reason, uuid.uuid4().hex)
+    return Actor(actor_of(args), args.reason, uuid.uuid4().hex)
 
 
 def _with_service(args: argparse.Namespace,

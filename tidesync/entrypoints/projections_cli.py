@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import json
 import sys
 import time
@@ -19,6 +18,7 @@ from tidesync.bootstrap.event_store import event_store_env
 from tidesync.bootstrap.shore import open_pool, view_settings
 from tidesync.config import Config, load_config
 from tidesync.domain.operator_action import OperatorActionError
+from tidesync.entrypoints.operator import actor_of
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import Pool
 from tidesync.projections.history import HistoryError, aggregate_events, diff_versions, state_at
@@ -185,7 +185,7 @@ def _run_rebuild(args: argparse.Namespace) -> int:
         with _read_side(config) as (catalogue, apps, pool):
             assert pool is not None
             result = rebuild_view(args.name, apps=apps, pool=pool,
-                                  actor=args.actor or getpass.getuser(),
+                                  actor=actor_of(args),
                                   reason=args.reason, catalogue=catalogue,
                                   batch_size=args.batch_size, on_progress=progress)
     except NotImplementedError as error:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tidesync.config import load_config
+from tidesync.ship.run_lock import StateInUse, exclusive
+from tidesync.ship.state import DispositionRefused, SQLiteShipState, StateStoreError
 
 
 def add_blocked_commands(
@@ -47,8 +49,6 @@ def add_blocked_commands(
 
 
 def _list(args: argparse.Namespace) -> int:
-    from tidesync.ship.state import SQLiteShipState, StateStoreError
-
     ship = load_config(args.config).ship
     if not Path(ship.state_path).exists():
         print(f"tidesync: no ship state at {ship.state_path}", file=sys.stderr)
@@ -87,9 +87,6 @@ def _confirm_origin(args: argparse.Namespace) -> int:
 
 
 def _dispose(args: argparse.Namespace, how: str) -> int:
-    from tidesync.ship.run_lock import StateInUse, exclusive
-    from tidesync.ship.state import DispositionRefused, SQLiteShipState, StateStoreError
-
     ship = load_config(args.config).ship
     if not Path(ship.state_path).exists():
         print(f"tidesync: no ship state at {ship.state_path}", file=sys.stderr)

@@ -1,28 +1,20 @@
-"""The `tidesync ship ...` command group: one `ship` parser, its subcommands added by hooks.
-
-Each ship subcommand lives in its own module and is added here through `SHIP_COMMAND_HOOKS`.
+"""The `tidesync ship ...` command group: one `ship` parser; each ship subcommand lives in its
+own module, which adds itself to the group's subparsers.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 
-SHIP_COMMAND_HOOKS = (
-    "tidesync.capture.commands:add_capture_command",
-    "tidesync.ship.client_commands:add_client_commands",
-    "tidesync.ship.blocked_commands:add_blocked_commands",
-)
-"""`module:function` pairs; each function takes the `ship` subparsers and adds its commands.
-
-Add a line here for every new ship subcommand module (the function is imported lazily)."""
+from tidesync.entrypoints.capture_cli import add_capture_command
+from tidesync.entrypoints.ship_blocked_cli import add_blocked_commands
+from tidesync.entrypoints.ship_client_cli import add_client_commands
 
 
 def register_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ship_commands = ship_subparsers(commands)
-    for hook in SHIP_COMMAND_HOOKS:
-        module_name, _, function_name = hook.partition(":")
-        getattr(importlib.import_module(module_name), function_name)(ship_commands)
+    for add in (add_capture_command, add_client_commands, add_blocked_commands):
+        add(ship_commands)
 
 
 def ship_subparsers(

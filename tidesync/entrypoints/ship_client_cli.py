@@ -12,13 +12,12 @@ import logging
 import sqlite3
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tidesync.config import load_config
-
-if TYPE_CHECKING:
-    from tidesync.config import Config
-    from tidesync.ship.state import SQLiteShipState
+from tidesync.bootstrap.ship import build_client
+from tidesync.config import Config, load_config
+from tidesync.ship.run_lock import StateInUse, exclusive
+from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState, StateReason, StateStoreError
 
 
 def add_client_commands(
@@ -38,8 +37,6 @@ def add_client_commands(
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tidesync.ship.run_lock import StateInUse, exclusive
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = load_config(args.config)
     try:
@@ -51,8 +48,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_client(args: argparse.Namespace, config: Config) -> int:
-    from tidesync.ship.client import build_client
-
     client = build_client(config.ship, ship_target=config.ship_target)
     if not config.ship_target.enabled:
         logging.getLogger(__name__).info(
@@ -66,8 +61,6 @@ def _run_client(args: argparse.Namespace, config: Config) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from tidesync.ship.state import SQLiteShipState, StateStoreError
-
     config = load_config(args.config)
     ship = config.ship
     if not Path(ship.state_path).exists():
@@ -115,8 +108,6 @@ def status_report(state: SQLiteShipState, *, downlink: bool = False) -> dict[str
 
 
 def _downlink_report(state: SQLiteShipState, enabled: bool) -> dict[str, Any]:
-    from tidesync.ship.state import COMMANDS_CURSOR, StateReason
-
     report: dict[str, Any] = {"apply_enabled": enabled}
     try:
         report.update({

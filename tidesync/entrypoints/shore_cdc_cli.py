@@ -4,7 +4,6 @@ pass (PostgreSQL event store only, as the shore CDC consumer itself)."""
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -14,6 +13,7 @@ from tidesync.bootstrap.event_store import event_store_env
 from tidesync.bootstrap.shore import open_pool
 from tidesync.config import load_config
 from tidesync.domain.clock import utc_now
+from tidesync.entrypoints.operator import actor_of
 from tidesync.shore.shore_cdc_holds import HoldRefused, ShoreCdcHolds
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def _release(args: argparse.Namespace) -> int:
     try:
         action_id = ShoreCdcHolds(pool).release(
             operations, args.topic, args.partition, args.offset,
-            actor=args.actor or getpass.getuser(), reason=args.reason,
+            actor=actor_of(args), reason=args.reason,
             now=utc_now())
     except HoldRefused as refused:
         print(f"tidesync: refused ({refused.code}): {refused}", file=sys.stderr)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -19,6 +18,7 @@ from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
 from tidesync.domain.apply_job import ErrorClass
 from tidesync.entrypoints.http import serve_and_report
+from tidesync.entrypoints.operator import actor_of
 from tidesync.entrypoints.shore_cdc_cli import add_cdc_commands
 from tidesync.shore.processor import ProcessorSettings
 from tidesync.shore.worker import ShoreApps, settle_startup_heap
@@ -120,7 +120,7 @@ def _run_jobs_replay(args: argparse.Namespace) -> int:
     queue = open_work_queue(config)
     apps = ShoreApps.open(event_store_env(config.event_store))
     try:
-        count = replay(queue, apps.apply_jobs, error_class, args.actor or getpass.getuser(),
+        count = replay(queue, apps.apply_jobs, error_class, actor_of(args),
                        args.reason, args.node)
     except ReplayRefused as refused:
         print(f"tidesync: {refused}", file=sys.stderr)

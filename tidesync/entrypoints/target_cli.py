@@ -1,6 +1,6 @@
 """Subcommands of `tidesync` for the target databases: `target enable` and `target status`.
 
-`register_commands` is called by `tidesync.cli` while it builds the parser.
+`register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from tidesync.config import TargetConfig, load_config
+from tidesync.target import mysql_schema, sqlite_schema, table_state
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -58,8 +59,6 @@ def _split_name(text: str, sqlite: bool) -> tuple[str, str]:
 
 
 def _run_enable(args: argparse.Namespace) -> int:
-    from tidesync.target import schema as target_schema
-
     target = load_config(args.config).target
     node_id = args.node_id or target.node_id
     sqlite_path = args.sqlite or target.sqlite_path
@@ -67,14 +66,14 @@ def _run_enable(args: argparse.Namespace) -> int:
     try:
         if sqlite_path:
             with _sqlite(sqlite_path) as connection:
-                report = target_schema.enable_sqlite_table(connection, table, node_id)
+                report = sqlite_schema.enable_sqlite_table(connection, table, node_id)
         else:
             connection = _mysql(target)
             try:
-                report = target_schema.enable_mysql_table(connection, database, table, node_id)
+                report = mysql_schema.enable_mysql_table(connection, database, table, node_id)
             finally:
                 connection.close()
-    except target_schema.SchemaError as error:
+    except table_state.SchemaError as error:
         print(f"tidesync: cannot enable {args.table}: {error}", file=sys.stderr)
         return 1
     print(f"{report.database}.{report.table}: "
@@ -85,22 +84,20 @@ def _run_enable(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from tidesync.target import schema as target_schema
-
     target = load_config(args.config).target
     sqlite_path = args.sqlite or target.sqlite_path
     database, table = _split_name(args.table, bool(sqlite_path))
     if sqlite_path:
         with _sqlite(sqlite_path) as connection:
-            state = target_schema.inspect_sqlite_table(connection, table)
+            state = sqlite_schema.inspect_sqlite_table(connection, table)
     else:
         connection = _mysql(target)
         try:
             with connection.cursor() as cursor:
-                state = target_schema.inspect_mysql_table(cursor, database, table)
+                state = mysql_schema.inspect_mysql_table(cursor, database, table)
         finally:
             connection.close()
-    for line in target_schema.status_lines(state, target.node_id):
+    for line in table_state.status_lines(state, target.node_id):
         print(line)
     return 0 if state.enabled else 1
 

@@ -1,115 +1,29 @@
-"""Console users: the `users` application, adding and revoking users, and bearer-token
-authentication (tokens are random, shown once, stored as a SHA-256 digest).
-
-A token names its user's aggregate id, so authenticating reads one stream (cached briefly).
+"""Bearer-token authentication of console users: a token names its user's aggregate id, so
+authenticating reads one stream (cached briefly).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError, PersistenceError
-from eventsourcing.utils import get_topic
+from eventsourcing.persistence import PersistenceError
 
-from tidesync.domain.errors import Unavailable
+from tidesync.apps.users import (
+    UserNotFound,
+    UsersApplication,
+    UserStoreUnavailable,
+    token_digest,
+    token_user_id,
+)
+from tidesync.domain.actor import user_actor
 from tidesync.domain.user import (
     Permission,
     Role,
     User,
-    UserError,
-    UserStatus,
-    check_user_name,
-    user_uuid,
 )
-
-TOKEN_PREFIX = "tsu_"  # noqa: S105 - a marker, not a secret
-SECRET_BYTES = 32
-RandomBytes = Callable[[int], bytes]
-
-
-class UserNotFound(UserError):
-    pass
-
-
-class UserAlreadyExists(UserError):
-    pass
-
-
-class UserStoreUnavailable(Unavailable):
-    """The event store holding the users could not be read."""
-
-
-class UsersApplication(Application[uuid.UUID]):
-    """The User streams, in their own events table."""
-
-    name = "users"
-
-    def user(self, name: str) -> User:
-        return self.user_by_id(user_uuid(name))
-
-    def user_by_id(self, user_id: uuid.UUID) -> User:
-        try:
-            user: User = self.repository.get(user_id)
-        except AggregateNotFoundError:
-            raise UserNotFound("no such user") from None
-        return user
-
-    def user_ids(self) -> list[uuid.UUID]:
-        """Every user's aggregate id, in the order they were added."""
-        topic = get_topic(User.Added)  # type: ignore[attr-defined]
-        ids: list[uuid.UUID] = []
-        start = 1
-        while True:
-            page = self.recorder.select_notifications(start, 500, topics=[topic])
-            ids += [uuid.UUID(str(n.originator_id)) for n in page]
-            if len(page) < 500:
-                return ids
-            start = page[-1].id + 1
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def token_user_id(token: str) -> uuid.UUID | None:
-    """The user id a token names, or None when it is not a console token at all."""
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    text = token[len(TOKEN_PREFIX):]
-    try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) != 16 + SECRET_BYTES:
-        return None
-    return uuid.UUID(bytes=raw[:16])
-
-
-@dataclass(frozen=True)
-class IssuedToken:
-    """A new user and its bearer token: shown once, stored only as a digest."""
-
-    name: str
-    role: Role
-    token: str
-    position: int
-
-
-@dataclass(frozen=True)
-class UserSummary:
-    name: str
-    role: Role
-    status: UserStatus
-    added_by: str
-    revoke_reason: str
 
 
 @dataclass(frozen=True)
@@ -123,45 +37,10 @@ class Principal:
     @property
     def actor(self) -> str:
         """How the user appears on the events its commands record."""
-        return f"user:{self.name}"
+        return user_actor(self.name)
 
     def may(self, permission: Permission) -> bool:
         return permission in self.permissions
-
-
-class UserService:
-    """Add, revoke and list console users; each command is one saved event."""
-
-    def __init__(self, app: UsersApplication, random_bytes: RandomBytes = os.urandom) -> None:
-        self.app = app
-        self.random_bytes = random_bytes
-
-    def add(self, name: str, role: Role, actor: str, reason: str,
-            trace_id: str = "") -> IssuedToken:
-        check_user_name(name)
-        user_id = user_uuid(name)
-        token = TOKEN_PREFIX + base64.urlsafe_b64encode(
-            user_id.bytes + self.random_bytes(SECRET_BYTES)).rstrip(b"=").decode("ascii")
-        user = User(name=name, role=role, token_digest=token_digest(token), actor=actor,
-                    reason=reason, trace_id=trace_id)
-        try:
-            recordings = self.app.save(user)
-        except IntegrityError:
-            raise UserAlreadyExists(f"user {name} already exists") from None
-        return IssuedToken(name, role, token, recordings[-1].notification.id)
-
-    def revoke(self, name: str, actor: str, reason: str, trace_id: str = "") -> int:
-        """Refuse the user's token from now on; returns the position of the event."""
-        user = self.app.user(name)
-        user.revoke(actor, reason, trace_id)
-        return self.app.save(user)[-1].notification.id
-
-    def list(self) -> list[UserSummary]:
-        return [_summary(self.app.user_by_id(user_id)) for user_id in self.app.user_ids()]
-
-
-def _summary(user: User) -> UserSummary:
-    return UserSummary(user.name, user.role, user.status, user.added_by, user.revoke_reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from eventsourcing.application import Application
@@ -21,22 +21,22 @@ from eventsourcing.persistence import ApplicationRecorder, PersistenceError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.config import ConsoleConfig
+from tidesync.apps.apply_jobs import ApplyJobsApplication
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.conflicts import CommandIssuer, ConflictService, RevisionReader
+from tidesync.apps.jobs import JobQueue
+from tidesync.apps.master_key import SecretBox
+from tidesync.apps.nodes import NodesApplication, NodeService
+from tidesync.apps.users import UsersApplication, UserService
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.domain.errors import Unavailable
-from tidesync.graphql.accounts import TokenAuthenticator, UsersApplication, UserService
+from tidesync.domain.errors import TidesyncError, Unavailable
+from tidesync.domain.operator_action import OperatorAction
+from tidesync.graphql.accounts import TokenAuthenticator
 from tidesync.graphql.limits import QueryLimits
 from tidesync.graphql.positions import FollowedProjection, ReadModelWaits
-from tidesync.ingress.master_key import SecretBox
-from tidesync.ingress.nodes import NodesApplication, NodeService
-from tidesync.migrations import MigrationError, migrate_postgres
+from tidesync.graphql.settings import ConsoleSettings
 from tidesync.projections.catalogue import default_catalogue
-from tidesync.projections.operations import OperatorAction
 from tidesync.projections.registry import Catalogue, OpenApplications
-from tidesync.shore.apps import ApplyJobs, ConflictCases, Downlink
-from tidesync.shore.conflicts import ConflictService, PostgresRecordKeys, TargetRevisionReader
-from tidesync.shore.downlink import DownlinkService
-from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,23 @@ class ConsoleUnavailable(Unavailable):
     """A store the console needs cannot be reached right now."""
 
 
+class ClosingRevisionReader(RevisionReader, Protocol):
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class ConsoleStores:
-    """Where the console's data lives: the event store (`eventsourcing` env), the read-model
-    database, the shore target (current revisions) and the node secret sealing key."""
+    """Where the console's data lives and the adapters it works through, each made by the
+    composition root: the event store (`eventsourcing` env), the read-model database and its
+    schema, the current revisions on the shore target, the apply work index, the downlink and
+    the node secret sealing key."""
 
     event_store_env: dict[str, str]
     conninfo: str
-    open_target: Callable[[], TargetApplier]
+    migrate: Callable[[], None]
+    open_revisions: Callable[[Pool], ClosingRevisionReader]
+    open_queue: Callable[[Pool], JobQueue]
+    open_downlink: Callable[[Application[Any]], CommandIssuer]
     open_box: Callable[[], SecretBox]
     pool_size: int = 4
     pool_timeout: float = 5.0
@@ -77,8 +86,8 @@ class ConsoleApps:
     """The event-sourced applications the console reads and commands; `every` also holds the
     read side's other applications (the audit view follows them all)."""
 
-    conflict_cases: ConflictCases
-    apply_jobs: ApplyJobs
+    conflict_cases: ConflictCasesApplication
+    apply_jobs: ApplyJobsApplication
     nodes: NodesApplication
     users: UsersApplication
     every: OpenApplications
@@ -94,7 +103,7 @@ class ConsoleApps:
 
 @dataclass
 class Console:
-    settings: ConsoleConfig
+    settings: ConsoleSettings
     stores: ConsoleStores
     clock: Clock = utc_now
     catalogue: Catalogue = field(default_factory=default_catalogue)
@@ -102,7 +111,7 @@ class Console:
     authenticator: TokenAuthenticator = field(init=False)
     _apps: ConsoleApps | None = field(default=None, init=False)
     _followed: tuple[FollowedProjection, ...] | None = field(default=None, init=False)
-    _revisions: TargetRevisionReader | None = field(default=None, init=False)
+    _revisions: ClosingRevisionReader | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -117,8 +126,7 @@ class Console:
 
     @property
     def _sensitive_patterns(self) -> list[str]:
-        return [item.strip() for item in self.settings.sensitive_columns.split(",")
-                if item.strip()]
+        return list(self.settings.sensitive_columns)
 
     @property
     def limits(self) -> QueryLimits:
@@ -141,9 +149,9 @@ class Console:
             self.pool = self._new_pool()
         self.pool.open(wait=False)
         try:
-            migrate_postgres(self.stores.conninfo)
+            self.stores.migrate()
             self.apps()
-        except (psycopg.OperationalError, MigrationError, ConsoleUnavailable) as error:
+        except (psycopg.OperationalError, TidesyncError) as error:
             log.warning("console not ready at startup: %s", type(error).__name__)
 
     def close(self) -> None:
@@ -182,8 +190,8 @@ class Console:
         try:
             conflict_cases, apply_jobs = every["conflict_cases"], every["apply_jobs"]
             nodes = every["nodes"]
-            assert isinstance(conflict_cases, ConflictCases)
-            assert isinstance(apply_jobs, ApplyJobs)
+            assert isinstance(conflict_cases, ConflictCasesApplication)
+            assert isinstance(apply_jobs, ApplyJobsApplication)
             assert isinstance(nodes, NodesApplication)
             users = every[UsersApplication.name] if UsersApplication.name in set(every) else (
                 UsersApplication(env=env))
@@ -208,16 +216,17 @@ class Console:
     def conflict_service(self) -> ConflictService:
         with self._lock:
             if self._revisions is None:
-                self._revisions = TargetRevisionReader(self.stores.open_target,
-                                                       PostgresRecordKeys(self.pool))
+                self._revisions = self.stores.open_revisions(self.pool)
             revisions = self._revisions
         return ConflictService(self.apps().conflict_cases, revisions)
 
-    def downlink_service(self) -> DownlinkService:
+    def downlink_service(self) -> CommandIssuer:
         """Over the console's own downlink application (closed with the console)."""
-        app = self.apps().every["downlink"]
-        assert isinstance(app, Downlink)
-        return DownlinkService(app)
+        return self.stores.open_downlink(self.apps().every["downlink"])
+
+    def work_queue(self) -> JobQueue:
+        """The apply work index, over the console's pool."""
+        return self.stores.open_queue(self.pool)
 
     def node_service(self, sealing: bool) -> NodeService:
         return NodeService(self.apps().nodes, self.stores.open_box() if sealing else None)

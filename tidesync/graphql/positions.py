@@ -18,7 +18,7 @@ from eventsourcing.persistence import ApplicationRecorder
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 TOKEN_PATTERN = re.compile(r"([a-z_]{1,40}):(\d{1,18})")
 MAX_TOKENS = 16
@@ -26,6 +26,8 @@ MAX_TOKENS = 16
 
 class BadPosition(TidesyncError, ValueError):
     """A position token that is malformed or names an unknown application."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 @dataclass(frozen=True)

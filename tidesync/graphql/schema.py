@@ -17,7 +17,6 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.tools import merge_types
 from strawberry.types.execution import ExecutionContext
 
-from tidesync.config import ConsoleConfig
 from tidesync.graphql.audit.queries import AuditQueries, HistoryQueries
 from tidesync.graphql.backlogs.queries import BacklogQueries
 from tidesync.graphql.common import LONG_SCALAR, Long
@@ -32,6 +31,7 @@ from tidesync.graphql.projections.mutations import ProjectionMutations
 from tidesync.graphql.projections.queries import ProjectionQueries
 from tidesync.graphql.receipts.queries import ReceiptQueries
 from tidesync.graphql.records.queries import RecordQueries
+from tidesync.graphql.settings import ConsoleSettings
 from tidesync.graphql.users.mutations import UserMutations
 from tidesync.graphql.users.queries import UserQueries
 
@@ -51,7 +51,7 @@ class ConsoleSchema(strawberry.Schema):
         their messages (which may quote values)."""
 
 
-def build_schema(settings: ConsoleConfig) -> ConsoleSchema:
+def build_schema(settings: ConsoleSettings) -> ConsoleSchema:
     limits = QueryLimits(settings.max_depth, settings.max_aliases, settings.max_cost,
                          settings.default_page_size, settings.max_page_size)
     extensions: list[Callable[[], SchemaExtension]] = [
@@ -64,9 +64,9 @@ def build_schema(settings: ConsoleConfig) -> ConsoleSchema:
                          config=StrawberryConfig(scalar_map={Long: LONG_SCALAR}))
 
 
-def schema_sdl(settings: ConsoleConfig | None = None) -> str:
+def schema_sdl(settings: ConsoleSettings | None = None) -> str:
     """The schema in SDL (for documentation and clients)."""
-    return build_schema(settings or ConsoleConfig()).as_str()
+    return build_schema(settings or ConsoleSettings()).as_str()
 
 
 __all__ = ["ConsoleSchema", "Mutation", "Query", "build_schema", "schema_sdl"]

@@ -13,10 +13,10 @@ from eventsourcing.persistence import PersistenceError
 from psycopg_pool import PoolTimeout
 from starlette.concurrency import run_in_threadpool
 
-from tidesync.graphql.accounts import UserStoreUnavailable
+from tidesync.apps.nodes import NodeStoreUnavailable
+from tidesync.apps.users import UserStoreUnavailable
 from tidesync.graphql.console import ConsoleUnavailable
 from tidesync.graphql.errors import BadUserInput, Unavailable
-from tidesync.ingress.nodes import NodeStoreUnavailable
 
 log = logging.getLogger(__name__)
 

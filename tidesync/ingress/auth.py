@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.node import NodeStatus
 from tidesync.ingress.nodes import NodeCredentials
 from tidesync.wire.signing import (
@@ -54,6 +54,8 @@ class AuthReason(enum.StrEnum):
 
 class AuthError(TidesyncError):
     """A request that is not (or no longer) authentic; answered 401 with `reason`."""
+
+    code = ErrorCode.UNAUTHENTICATED
 
     def __init__(self, reason: AuthReason, message: str) -> None:
         super().__init__(message)
@@ -158,8 +160,8 @@ class IdentitySource:
     trusted_proxies: frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address] = frozenset()
 
     @classmethod
-    def of(cls, header: str, trusted_proxies: str) -> IdentitySource:
-        addresses = (part.strip() for part in trusted_proxies.split(","))
+    def of(cls, header: str, trusted_proxies: Iterable[str]) -> IdentitySource:
+        addresses = (part.strip() for part in trusted_proxies)
         return cls(header.lower(), frozenset(ipaddress.ip_address(a) for a in addresses if a))
 
     def identity(self, scope: Mapping[str, Any]) -> str | None:

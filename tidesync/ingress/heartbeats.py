@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
@@ -38,6 +38,8 @@ _INSERT_SAMPLE = (
 
 class BadHeartbeat(TidesyncError, ValueError):
     """A heartbeat whose numbers or times cannot be stored."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 class PostgresHeartbeats:

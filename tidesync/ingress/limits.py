@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.token_bucket import TokenBucket
 
 
@@ -24,6 +24,7 @@ class LimitReason(enum.StrEnum):
 
 
 class LimitExceeded(TidesyncError):
+    code = ErrorCode.LIMIT_EXCEEDED
     def __init__(self, reason: LimitReason, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.reason = reason

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
 
@@ -29,6 +29,8 @@ _PAGE = (
 
 class BadPageRequest(TidesyncError, ValueError):
     """A cursor or limit the server cannot use."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 def page_request(cursor: str, limit: str) -> tuple[int, int]:

@@ -20,9 +20,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tidesync.config import ShoreConfig
+from tidesync.apps.master_key import MasterKeyError
+from tidesync.apps.nodes import NodeStoreUnavailable
 from tidesync.domain.clock import Clock
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.downlink_command import (
+    MAX_ACKS_PER_REQUEST,
+    BadCursor,
+    DownlinkUnavailable,
+    parse_cursor,
+)
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.auth import (
     AuthError,
     AuthReason,
@@ -38,16 +45,9 @@ from tidesync.ingress.auth import (
 from tidesync.ingress.database import StoreUnavailable
 from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
-from tidesync.ingress.master_key import MasterKeyError
-from tidesync.ingress.nodes import NodeCredentials, NodeDirectory, NodeStoreUnavailable
+from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
 from tidesync.ingress.receipts import BadPageRequest, page_request
 from tidesync.ingress.stores import SyncTables
-from tidesync.shore.downlink import (
-    MAX_ACKS_PER_REQUEST,
-    BadCursor,
-    DownlinkUnavailable,
-    parse_cursor,
-)
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
@@ -83,6 +83,8 @@ class IngressReason(enum.StrEnum):
 class IngressError(TidesyncError):
     """A request refused with an HTTP status and a stable reason code."""
 
+    code = ErrorCode.REFUSED
+
     def __init__(self, status: int, reason: str, message: str,
                  retry_after: int | None = None) -> None:
         super().__init__(message)
@@ -96,12 +98,6 @@ class IngressSettings:
     max_events_per_batch: int
     window: dt.timedelta
     heartbeat_interval_seconds: int
-
-    @classmethod
-    def of(cls, shore: ShoreConfig) -> IngressSettings:
-        return cls(shore.max_compressed_bytes, shore.max_decompressed_bytes,
-                   shore.max_events_per_batch, dt.timedelta(seconds=shore.request_window_seconds),
-                   shore.heartbeat_interval_seconds)
 
 
 @dataclass(frozen=True)

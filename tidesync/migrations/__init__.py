@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 MIGRATIONS_ROOT = Path(__file__).resolve().parent  # package data: postgres/, ship/
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -23,6 +23,8 @@ _LOCK_KEY = 0x7469646573796E63  # "tidesync"
 
 class MigrationError(TidesyncError):
     """A migration file is misnamed, duplicated, or failed to apply."""
+
+    code = ErrorCode.MIGRATION_FAILED
 
 
 @dataclass(frozen=True)

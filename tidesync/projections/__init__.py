@@ -6,7 +6,7 @@ record_head, conflict_center, node_overview, backlog (+ backlog_event, backlog_j
 `shore work` keeps every registered view current; each batch of notifications is written with
 its position in projection_tracking in one transaction. Batch size and refresh
 interval come from `[projections]`, the conflict SLA from `conflicts.manual_sla_hours`
-(`registry.ViewSettings.from_config`).
+(`tidesync.bootstrap.shore.view_settings`).
 
 Functions other components call (all take open applications, see
 `catalogue.default_catalogue().open_applications(env)`, and a psycopg pool where they touch

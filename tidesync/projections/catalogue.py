@@ -1,19 +1,22 @@
 """tidesync's read side as registered: its applications, aggregate kinds and views.
 
-Another component adds its own application (and kind, or view) by listing a module in
-EXTENSION_MODULES whose `register_read_side(catalogue)` calls `catalogue.add_application(...)`;
-the audit view then follows that application too, and `audit history` knows its kind.
+The audit view follows every application listed here, and `audit history` knows every kind.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventsourcing.application import Application
-from eventsourcing.utils import Environment
 
+from tidesync.apps.apply_jobs import ApplyJobsApplication
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.downlink import DownlinkApplication
+from tidesync.apps.nodes import NodesApplication
+from tidesync.apps.operations import OperationsApplication
+from tidesync.apps.recorder import open_application
+from tidesync.apps.users import UsersApplication
 from tidesync.domain.conflict_case import key_digest
 from tidesync.projections.audit import AuditProjection
 from tidesync.projections.backlog import BacklogProjection, BacklogRefresher
@@ -24,7 +27,6 @@ from tidesync.projections.conflict_center import (
 )
 from tidesync.projections.engine import Projection
 from tidesync.projections.node_overview import NodeHeartbeatRefresher, NodeOverviewProjection
-from tidesync.projections.operations import OperationsApplication
 from tidesync.projections.receipts import ReceiptsProjection
 from tidesync.projections.record_head import RecordHeadProjection
 from tidesync.projections.registry import (
@@ -37,16 +39,13 @@ from tidesync.projections.registry import (
 )
 from tidesync.projections.states import digest
 
-EXTENSION_MODULES: tuple[str, ...] = ("tidesync.graphql.read_side",)
-"""Modules with `register_read_side(catalogue)`, called after tidesync's own registrations."""
-
-APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS, DOWNLINK = (
-    "apply_jobs", "conflict_cases", "nodes", "operations", "downlink")
+APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS, DOWNLINK, USERS = (
+    "apply_jobs", "conflict_cases", "nodes", "operations", "downlink", "users")
 
 
 def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
-    """Everything tidesync's read side knows, with `settings` (processes pass
-    `ViewSettings.from_config(config)`; default: the defaults of the configuration)."""
+    """Everything tidesync's read side knows, with `settings` (processes pass the configured
+    ones, `tidesync.bootstrap.shore.view_settings`; default: the configuration's defaults)."""
     catalogue = Catalogue(settings or ViewSettings())
     for spec in _applications():
         catalogue.add_application(spec)
@@ -54,8 +53,6 @@ def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
         catalogue.add_kind(kind)
     for view in _views():
         catalogue.add_view(view)
-    for module_name in EXTENSION_MODULES:
-        importlib.import_module(module_name).register_read_side(catalogue)
     return catalogue
 
 
@@ -63,28 +60,23 @@ def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
 
 
 def _open_apply_jobs(env: Mapping[str, str]) -> Application[Any]:
-    from tidesync.shore.apps import ApplyJobs, with_statement_recorder
-
-    return ApplyJobs(env=Environment(ApplyJobs.name, with_statement_recorder(dict(env))))
+    return open_application(ApplyJobsApplication, env)
 
 
 def _open_conflict_cases(env: Mapping[str, str]) -> Application[Any]:
-    from tidesync.shore.apps import ConflictCases, with_statement_recorder
-
-    return ConflictCases(env=Environment(ConflictCases.name,
-                                         with_statement_recorder(dict(env))))
+    return open_application(ConflictCasesApplication, env)
 
 
 def _open_nodes(env: Mapping[str, str]) -> Application[Any]:
-    from tidesync.ingress.nodes import NodesApplication
-
     return NodesApplication(env=dict(env))
 
 
-def _open_downlink(env: Mapping[str, str]) -> Application[Any]:
-    from tidesync.shore.apps import Downlink, with_statement_recorder
+def _open_users(env: Mapping[str, str]) -> Application[Any]:
+    return UsersApplication(env=dict(env))
 
-    return Downlink(env=Environment(Downlink.name, with_statement_recorder(dict(env))))
+
+def _open_downlink(env: Mapping[str, str]) -> Application[Any]:
+    return open_application(DownlinkApplication, env)
 
 
 def _open_operations(env: Mapping[str, str]) -> Application[Any]:
@@ -96,7 +88,8 @@ def _applications() -> list[ApplicationSpec]:
             ApplicationSpec(CONFLICT_CASES, _open_conflict_cases),
             ApplicationSpec(NODES, _open_nodes),
             ApplicationSpec(OPERATIONS, _open_operations),
-            ApplicationSpec(DOWNLINK, _open_downlink)]
+            ApplicationSpec(DOWNLINK, _open_downlink),
+            ApplicationSpec(USERS, _open_users)]
 
 
 # ----------------------------------------------------------------------------- kinds
@@ -154,10 +147,13 @@ def _kinds() -> list[AggregateKind]:
         AggregateKind("node", NODES, "tidesync.domain.node:Node",
                       {"credentials": render_credentials}),
         AggregateKind("operator_action", OPERATIONS,
-                      "tidesync.projections.operations:OperatorAction"),
+                      "tidesync.domain.operator_action:OperatorAction"),
         AggregateKind("downlink_command", DOWNLINK,
                       "tidesync.domain.downlink_command:DownlinkCommand",
                       {"ack": render_ack}, sensitive=frozenset({"payload_json"})),
+        # A user's token shows only as a digest of its digest.
+        AggregateKind("user", USERS, "tidesync.domain.user:User",
+                      sensitive=frozenset({"token_digest"})),
     ]
 
 

@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,6 @@ class Refresher(Protocol):
     """Copies inputs that are not event streams (heartbeats, the inbox) into a view."""
 
     def refresh(self, cursor: Cursor) -> None: ...
-
-
-class ProjectionRunner(Protocol):
-    """What a worker loop needs of a runner."""
-
-    tracking_name: str
-
-    def run_until_idle(self, on_progress: Callable[[int], None] | None = None) -> int: ...
 
 
 def event_topic(cls: type) -> str:
@@ -225,6 +217,15 @@ class PostgresProjectionRunner:
                 on_progress(total)
         return total
 
+    def catch_up(self) -> int:
+        """Run until idle, as a worker loop does: another worker advancing the view meanwhile
+        is not an error (it did the work)."""
+        try:
+            return self.run_until_idle()
+        except ConcurrentProjectionError:
+            log.info("projection %s advanced by another worker", self.tracking_name)
+            return 0
+
     def status(self) -> ProjectionStatus:
         tracking = self.tracking()
         head = self.recorder.max_notification_id() or 0
@@ -301,6 +302,15 @@ class PostgresViewRunner:
         self.refresh(force=False)
         return total
 
+    def catch_up(self) -> int:
+        """Run until idle, as a worker loop does: another worker advancing the view meanwhile
+        is not an error (it did the work)."""
+        try:
+            return self.run_until_idle()
+        except ConcurrentProjectionError:
+            log.info("projection %s advanced by another worker", self.tracking_name)
+            return 0
+
     def refresh(self, force: bool = True) -> bool:
         """Run the refresher if it is due (or `force`); False if skipped or another writer
         of the view holds its lock."""
@@ -331,6 +341,8 @@ class PostgresViewRunner:
 
 class ConcurrentProjectionError(TidesyncError, RuntimeError):
     """Another runner advanced the same projection meanwhile; this batch was rolled back."""
+
+    code = ErrorCode.CHANGED_MEANWHILE
 
     def __init__(self, name: str) -> None:
         super().__init__(f"projection {name} was advanced by another runner")

@@ -15,7 +15,8 @@ from typing import Any
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import AggregateKind, Catalogue
 from tidesync.projections.states import aggregate_fields, event_type, state_digest
 
@@ -26,7 +27,7 @@ class HistoryError(TidesyncError, LookupError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
 
@@ -77,8 +78,6 @@ class FieldChange:
 def _catalogue(catalogue: Catalogue | None) -> Catalogue:
     if catalogue is not None:
         return catalogue
-    from tidesync.projections.catalogue import default_catalogue
-
     return default_catalogue()
 
 

@@ -19,8 +19,11 @@ import psycopg
 from eventsourcing.application import Application
 from psycopg import sql
 
+from tidesync.apps.operations import OperationsApplication
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.domain.operator_action import OperatorAction
+from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import (
     VIEW_LOCK_CLASS,
     Cursor,
@@ -29,7 +32,6 @@ from tidesync.projections.engine import (
     lock_view,
     read_tracking,
 )
-from tidesync.projections.operations import OperationsApplication, OperatorAction
 from tidesync.projections.registry import REBUILD_SUFFIX, Catalogue
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ class RebuildError(TidesyncError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
 
@@ -96,8 +98,6 @@ def rebuild_view(name: str, *, apps: Mapping[str, Application[Any]], pool: Pool,
     whatever stopped the rebuild (recorded as Failed; the live view is untouched).
     """
     if catalogue is None:
-        from tidesync.projections.catalogue import default_catalogue
-
         catalogue = default_catalogue()
     spec = catalogue.view(name)
     operations = apps["operations"]

@@ -14,8 +14,7 @@ from typing import Any
 
 from eventsourcing.application import Application
 
-from tidesync.config import Config
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.projections.engine import (
     Pool,
     PostgresProjectionRunner,
@@ -36,14 +35,14 @@ class RegistryError(TidesyncError, LookupError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
 
 @dataclass(frozen=True)
 class ApplicationSpec:
     """An event-sourced application: its pinned name and how to open it on an event store
-    environment (the `eventsourcing` settings of `tidesync.bootstrap.event_store_env`)."""
+    environment (the `eventsourcing` settings that `tidesync.bootstrap.event_store` makes)."""
 
     name: str
     open: AppFactory
@@ -80,12 +79,6 @@ class ViewSettings:
     conflict_sla: dt.timedelta = dt.timedelta(hours=24)
     refresh_seconds: float = 5.0
     batch_size: int = 50
-
-    @classmethod
-    def from_config(cls, config: Config) -> ViewSettings:
-        """From the one configuration: `conflicts.manual_sla_hours` and `[projections]`."""
-        return cls(dt.timedelta(hours=config.conflicts.manual_sla_hours),
-                   float(config.projections.refresh_seconds), config.projections.batch_size)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from eventsourcing.application import Application
 
+from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import Pool, ProjectionStatus
 from tidesync.projections.registry import REBUILD_SUFFIX, Catalogue
 
@@ -44,8 +45,6 @@ class ViewStatus:
 def _catalogue(catalogue: Catalogue | None) -> Catalogue:
     if catalogue is not None:
         return catalogue
-    from tidesync.projections.catalogue import default_catalogue
-
     return default_catalogue()
 
 

@@ -13,28 +13,27 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 
-from tidesync.cdc.column_types import InMemoryColumnTypes
-from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.cdc.kafka import (
-    KafkaQueue,
     PartitionKey,
-    QueueSettings,
     QueueUnavailable,
-    parse_options,
 )
-from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.clock import Clock, Monotonic, utc_now
 from tidesync.domain.token_bucket import TokenBucket
 from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
+from tidesync.ship.client_settings import ClientSettings, PeriodicTimer
 from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
+from tidesync.ship.shore_answers import (
+    ClientReason,
+    encodable,
+    receive_answer,
+    terminal_results,
+)
 from tidesync.ship.state import (
     EventState,
     Progress,
@@ -43,7 +42,6 @@ from tidesync.ship.state import (
     SQLiteShipState,
     StateReason,
     StateStoreError,
-    TerminalResult,
     Watermark,
 )
 from tidesync.ship.telemetry import (
@@ -58,23 +56,17 @@ from tidesync.ship.telemetry import (
 )
 from tidesync.ship.transport import (
     Disposition,
-    HttpShoreLink,
     LinkDown,
     LinkError,
     RetrySchedule,
     ShoreLink,
 )
 from tidesync.target.contract import TargetApplier
-from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.signing import secret_from_text
 
 log = logging.getLogger(__name__)
 
 
-_RECEIVE_OUTCOMES = {pb.RECEIVED: ReceiveOutcome.RECEIVED,
-                     pb.RETRYABLE_FAILURE: ReceiveOutcome.RETRYABLE_FAILURE,
-                     pb.PERMANENT_REJECTED: ReceiveOutcome.PERMANENT_REJECTED}
 _MAX_RECEIPT_PAGES = 20
 _QUEUE_RETRY_SECONDS = 1.0
 
@@ -83,59 +75,6 @@ class ExitCode(enum.IntEnum):
     IDLE = 0
     BLOCKED = 3
     TIMEOUT = 4
-
-
-class ClientReason(enum.StrEnum):
-    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
-    UNENCODABLE_EVENT = "UNENCODABLE_EVENT"
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    node_id: str
-    replay_epoch: int = 0
-    limits: BatchLimits = field(default_factory=BatchLimits)
-    window_per_partition: int = 1000
-    window_total: int = 5000
-    max_open_per_partition: int = 100_000
-    poll_records: int = 500
-    receipts_page_size: int = 500
-    receipts_interval: float = 5.0
-    heartbeat_interval: float = 60.0
-    topic_refresh_interval: float = 30.0
-    commit_interval: float = 1.0
-    idle_poll_seconds: float = 0.2
-    uplink_rate: float = 0.0
-    uplink_burst: float = 1024 * 1024
-
-    @classmethod
-    def of(cls, ship: ShipConfig) -> ClientSettings:
-        return cls(
-            node_id=ship.node_id, replay_epoch=ship.replay_epoch,
-            limits=BatchLimits(ship.batch_max_events, ship.batch_max_bytes, ship.zstd_level),
-            window_per_partition=ship.send_window_events,
-            window_total=ship.send_window_total_events,
-            max_open_per_partition=ship.max_open_per_partition,
-            receipts_page_size=ship.receipts_page_size,
-            receipts_interval=float(ship.receipts_interval_seconds),
-            heartbeat_interval=float(ship.heartbeat_interval_seconds),
-            uplink_rate=float(ship.uplink_rate_bytes_per_sec),
-            uplink_burst=float(ship.uplink_burst_bytes),
-        )
-
-
-@dataclass
-class _Timer:
-    """A periodic action's next due time (monotonic seconds)."""
-
-    interval: float
-    next_at: float = 0.0
-
-    def due(self, now: float) -> bool:
-        return now >= self.next_at
-
-    def done(self, now: float) -> None:
-        self.next_at = now + self.interval
 
 
 class ShipClient:
@@ -154,10 +93,10 @@ class ShipClient:
         self.upload_retry = RetrySchedule(self.backoff, self.rng)
         self.receipts_retry = RetrySchedule(self.backoff, self.rng)
         self.heartbeat_retry = RetrySchedule(self.backoff, self.rng)
-        self.topics = _Timer(settings.topic_refresh_interval)
-        self.receipts = _Timer(settings.receipts_interval)
-        self.heartbeats = _Timer(settings.heartbeat_interval)
-        self.commits = _Timer(settings.commit_interval)
+        self.topics = PeriodicTimer(settings.topic_refresh_interval)
+        self.receipts = PeriodicTimer(settings.receipts_interval)
+        self.heartbeats = PeriodicTimer(settings.heartbeat_interval)
+        self.commits = PeriodicTimer(settings.commit_interval)
         self.meter = ThroughputMeter(clock())
         self.node_blocked: tuple[str, str] | None = None
         self.batch_events = settings.limits.max_events
@@ -380,7 +319,7 @@ class ShipClient:
         log.error("%d events cannot be encoded and are blocked", len(bad))
 
     def _answered(self, batch: OutgoingBatch, response: pb.UploadBatchResponse) -> None:
-        answers = [_answer(status) for status in response.statuses]
+        answers = [receive_answer(status) for status in response.statuses]
         progress = self.state.apply_answers(answers)
         unanswered = set(batch.event_ids) - {answer.event_id for answer in answers}
         self._moved(progress)
@@ -464,11 +403,8 @@ class ShipClient:
                 self._request_failed(self.receipts_retry, error, "receipts")
                 return
             self.receipts_retry.succeeded()
-            results = [TerminalResult(uuid.UUID(bytes=r.event_id),
-                                      pb.EventResultCode.Name(r.result), r.reason_code)
-                       for r in page.results if len(r.event_id) == 16]
             cursor = page.next_cursor or self.state.cursor()
-            self._moved(self.state.apply_receipts(results, cursor))
+            self._moved(self.state.apply_receipts(terminal_results(page), cursor))
             if not page.has_more:
                 return
         self.more_receipts = True
@@ -555,74 +491,4 @@ class ShipClient:
         self.state.close()
 
 
-def encodable(event: ChangeEvent) -> bool:
-    try:
-        codec.event_to_wire(event, codec.NameTable())
-    except (ValueError, TypeError):
-        return False
-    return True
 
-
-def _answer(status: pb.EventReceiveStatus) -> ReceiveAnswer:
-    outcome = _RECEIVE_OUTCOMES.get(status.status, ReceiveOutcome.RETRYABLE_FAILURE)
-    result = (pb.EventResultCode.Name(status.result.result)
-              if status.HasField("result") and status.result.result else None)
-    return ReceiveAnswer(uuid.UUID(bytes=status.event_id), outcome, status.reason_code,
-                         status.detail, result)
-
-
-# ----------------------------------------------------------------------------- composition
-
-
-def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
-    types = (InMemoryColumnTypes.from_json_file(ship.column_types_file)
-             if ship.column_types_file else None)
-    return DebeziumNormalizer(NormalizerSettings(
-        origin_node_id=ship.node_id, source_connector_id=ship.source_connector_id,
-        replay_epoch=ship.replay_epoch,
-        bidirectional_tables=ship.table_set(),
-        column_types=types))
-
-
-def target_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApplier:
-    """The applier of the ship's business database; its node id is the ship's."""
-    target = ship_target.as_target(ship.node_id)
-    if ship_target.kind is ShipTargetKind.SQLITE:
-        from tidesync.target.sqlite import SQLiteTargetApplier
-
-        return SQLiteTargetApplier(ship_target.sqlite_path, node_id=ship.node_id)
-    from tidesync.target.mysql import MySQLTargetApplier
-
-    return MySQLTargetApplier.from_config(target)
-
-
-def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
-                 clock: Clock = utc_now,
-                 ship_target: ShipTargetConfig | None = None) -> ShipClient:
-    """The client of this configuration; `link` replaces the HTTP link (benchmarks).
-
-    With an enabled `ship_target` the client also pulls and applies shore commands."""
-    if not ship.node_id:
-        raise ValueError("ship.node_id is required")
-    if not ship.kafka_bootstrap_servers:
-        raise ValueError("ship.kafka_bootstrap_servers is required")
-    if link is None:
-        if not ship.secret:
-            raise ValueError("ship.secret is required (the node's signing secret)")
-        link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
-                             clock=clock, timeout=float(ship.request_timeout_seconds))
-    state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
-    queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
-                                     ship.topic_pattern,
-                                     parse_options(ship.kafka_consumer_options)))
-    consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch)
-    client = ShipClient(ClientSettings.of(ship), consumer, state, link, clock=clock)
-    if ship_target is not None and ship_target.enabled:
-        client.enable_downlink(downlink_settings(ship), target_applier(ship, ship_target))
-    return client
-
-
-def downlink_settings(ship: ShipConfig) -> DownlinkSettings:
-    return DownlinkSettings(node_id=ship.node_id, shore_node_id=ship.shore_node_id,
-                            page_size=ship.commands_page_size,
-                            interval=float(ship.commands_interval_seconds))

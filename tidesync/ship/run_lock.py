@@ -14,11 +14,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 
 
 class StateInUse(TidesyncError):
     """Another process holds the state store."""
+
+    code = ErrorCode.STATE_IN_USE
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock
-from tidesync.domain.errors import TidesyncError
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
@@ -56,6 +56,8 @@ class LinkReason(enum.StrEnum):
 class LinkError(TidesyncError):
     """A request that did not produce a usable answer."""
 
+    code = ErrorCode.LINK_DOWN
+
     disposition: Disposition = Disposition.RETRY
 
     def __init__(self, reason: str, message: str, *, status: int | None = None,
@@ -74,6 +76,8 @@ class _ConnectionClosed(LinkDown):
 
 class ShoreRefused(LinkError):
     """The shore answered with an error status and (normally) an ErrorResponse."""
+
+    code = ErrorCode.SHORE_REFUSED
 
     def __init__(self, reason: str, message: str, *, status: int,
                  retry_after: float | None = None) -> None:

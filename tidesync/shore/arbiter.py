@@ -19,7 +19,6 @@ deterministic, the shore apply is guarded by the ledger).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import uuid
@@ -31,7 +30,15 @@ from eventsourcing.persistence import IntegrityError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.config import Config, TieBreak
+from tidesync.apps.conflict_capture import (
+    ActiveConflicts,
+    capture_conflict,
+    decided_revision_statements,
+)
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.conflicts import RevisionReader, RevisionUnavailable
+from tidesync.apps.recorder import Statement
+from tidesync.domain.actor import system_actor
 from tidesync.domain.arbitration import Policy, PolicyName, arbitrate
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.domain.clock import Clock
@@ -46,27 +53,21 @@ from tidesync.domain.conflict_case import (
     key_digest,
     rule_for_record,
 )
-from tidesync.domain.downlink_command import CommandKind, DecisionPayload, RowChangePayload
+from tidesync.domain.downlink_command import (
+    CommandKind,
+    DecisionPayload,
+    NewCommand,
+    RowChangePayload,
+)
 from tidesync.domain.evidence import decode_value
 from tidesync.domain.values import Value
-from tidesync.shore.apps import ConflictCases, Statement
-from tidesync.shore.conflict_capture import (
-    ActiveConflicts,
-    capture_conflict,
-    decided_revision_statements,
-)
-from tidesync.shore.conflicts import (
-    PostgresRecordKeys,
-    RevisionReader,
-    RevisionUnavailable,
-    TargetRevisionReader,
-)
-from tidesync.shore.downlink import AckedCommand, DownlinkService, NewCommand
+from tidesync.shore.conflicts import PostgresRecordKeys
+from tidesync.shore.downlink import AckedCommand, DownlinkService
 from tidesync.target.contract import TargetApplier, TargetOutcomeKind
 
 log = logging.getLogger(__name__)
 
-ACTOR = "system:arbiter"
+ACTOR = system_actor("arbiter")
 DECISION_NAMESPACE = uuid.UUID("0c6f3e51-8a2d-5b47-9e13-7d4a2b6c8f05")
 RETRY_LATER = dt.timedelta(minutes=1)
 
@@ -85,7 +86,7 @@ class ArbiterSettings:
 
 
 class Arbiter:
-    def __init__(self, conflicts: ConflictCases, downlink: DownlinkService, pool: Pool,
+    def __init__(self, conflicts: ConflictCasesApplication, downlink: DownlinkService, pool: Pool,
                  active: ActiveConflicts, revisions: RevisionReader, keys: PostgresRecordKeys,
                  decision_applier: Callable[[], TargetApplier],
                  target_nodes: Callable[[], Sequence[str]], settings: ArbiterSettings,
@@ -153,7 +154,7 @@ class Arbiter:
             case.start_auto_decide(self.settings.worker_id, policy.name.value, now.isoformat(),
                                    until.isoformat(), ACTOR, f"policy {policy.name}")
         except ConflictRefused as refused:
-            if refused.code is ConflictRefusal.LEASE_HELD:
+            if refused.refusal is ConflictRefusal.LEASE_HELD:
                 self._run([_due(case.id, _lease_end(case))])
                 return
             raise
@@ -173,7 +174,7 @@ class Arbiter:
             case.decide(decision_id, outcome.side, None, current, str(uuid.uuid4()),
                         f"policy:{policy.name}", outcome.reason)
         except ConflictRefused as refused:
-            if refused.code is not ConflictRefusal.EVIDENCE_STALE:
+            if refused.refusal is not ConflictRefusal.EVIDENCE_STALE:
                 raise
             case.expire("EVIDENCE_STALE", ACTOR,
                         "the shore row changed after the evidence; the newer change decides")
@@ -396,49 +397,3 @@ def _decoded(tagged_row: object, record: RecordKey) -> dict[str, Value] | None:
     assert isinstance(tagged_row, list | tuple)
     key = record.as_dict()
     return {str(name): decode_value(tagged) for name, tagged in tagged_row if str(name) not in key}
-
-
-def build_arbiter(config: Config, conflicts: ConflictCases, pool: Pool,
-                  clock: Clock) -> tuple[Arbiter, Callable[[], None]]:
-    """The arbiter of `[conflicts]` over the PostgreSQL event store; returns it and a closer.
-
-    Decisions are written to the shore target by an applier of their own: its node id is not
-    the shore's, so that a decision keeping the shore's origin passes the guard that stops a
-    shore change from being applied back to the shore."""
-    from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
-    from tidesync.ingress.nodes import NodesApplication
-    from tidesync.shore.downlink import open_downlink
-    from tidesync.shore.shore_cdc import TargetNodes
-    from tidesync.shore.work_queue import PostgresWorkQueue
-
-    env = event_store_env(config.event_store)
-    downlink = open_downlink(env, postgres_conninfo(config.event_store),
-                             config.downlink.max_page_size)
-    keys = PostgresRecordKeys(pool)
-    reader = TargetRevisionReader(lambda: build_target_applier(config.target), keys)
-    nodes = TargetNodes(config.downlink.nodes, lambda: NodesApplication(env=env))
-    settings = config.conflicts
-
-    def policy_for(database: str, table: str) -> Policy:
-        chosen = settings.policy_for(database, table)
-        return Policy(PolicyName(chosen.policy.value), chosen.time_column,
-                      dt.timedelta(seconds=settings.max_clock_skew_seconds),
-                      settings.tie_break is TieBreak.LOWER_NODE_ID)
-
-    arbiter = Arbiter(
-        conflicts, downlink, pool, PostgresWorkQueue(pool), reader, keys,
-        lambda: build_target_applier(dataclasses.replace(
-            config.target, node_id=f"{config.target.node_id}.arbiter")),
-        nodes,
-        ArbiterSettings(shore_node_id=config.target.node_id, policy_for=policy_for,
-                        lease=dt.timedelta(seconds=settings.auto_decide_lease_seconds),
-                        manual_sla=dt.timedelta(hours=settings.manual_sla_hours)),
-        clock)
-
-    def close() -> None:
-        arbiter.close()
-        reader.close()
-        nodes.close()
-        downlink.close()
-
-    return arbiter, close

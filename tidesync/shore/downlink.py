@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,28 +24,31 @@ from eventsourcing.persistence import (
     PersistenceError,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.utils import Environment
 from psycopg import sql
 from psycopg.rows import DictRow
 
+from tidesync.apps.downlink import DownlinkApplication
+from tidesync.apps.recorder import Statement, open_application
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.downlink_command import (
+    MAX_ACKS_PER_REQUEST,
     CommandKind,
     CommandResult,
     DecisionPayload,
     DownlinkCommand,
+    DownlinkUnavailable,
+    NewCommand,
     Payload,
     RowChangePayload,
-    command_id_for,
+    TooManyAcks,
     image_from_json,
     kind_of,
     needs_follow_up,
+    parse_cursor,
     payload_from_json,
 )
-from tidesync.domain.errors import TidesyncError, Unavailable
 from tidesync.domain.values import Value
 from tidesync.migrations import MigrationError, migrate_postgres
-from tidesync.shore.apps import Downlink, Statement, with_statement_recorder
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
     MalformedPayload,
@@ -58,9 +60,7 @@ from tidesync.wire.codec import (
 
 log = logging.getLogger(__name__)
 
-MAX_ACKS_PER_REQUEST = 1000
 _SEQUENCE_LOCK = 0x646F776E6C696E6B  # "downlink"
-_CURSOR = re.compile(r"0|[1-9][0-9]{0,18}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ATTEMPTS = 5
 
@@ -92,34 +92,6 @@ _FOLLOW_UPS = (
     " FROM downlink_command WHERE needs_follow_up AND followed_up_at IS NULL"
     " ORDER BY acked_at, node_id, sequence LIMIT %s"
 )
-
-
-class DownlinkUnavailable(Unavailable):
-    """PostgreSQL could not be reached or was busy; the request may be retried."""
-
-
-class BadCursor(TidesyncError, ValueError):
-    """A page cursor this server did not issue."""
-
-
-class TooManyAcks(TidesyncError, ValueError):
-    """More acks in one request than MAX_ACKS_PER_REQUEST."""
-
-
-@dataclass(frozen=True)
-class NewCommand:
-    node_id: str
-    kind: CommandKind
-    source_id: uuid.UUID
-    payload: RowChangePayload | DecisionPayload
-    conflict_id: uuid.UUID | None = None
-    actor: str = "shore"
-    reason: str = ""
-    trace_id: str = ""
-
-    @property
-    def command_id(self) -> uuid.UUID:
-        return command_id_for(self.node_id, self.kind, self.source_id)
 
 
 @dataclass(frozen=True)
@@ -188,7 +160,7 @@ def store_errors() -> Iterator[None]:
 class DownlinkService:
     """Issues commands, pages them to ships and records their acks (PostgreSQL event store)."""
 
-    def __init__(self, app: Downlink, max_page_size: int = 500) -> None:
+    def __init__(self, app: DownlinkApplication, max_page_size: int = 500) -> None:
         recorder = app.recorder
         if not isinstance(recorder, PostgresApplicationRecorder):
             raise TypeError("the downlink needs the PostgreSQL event store")
@@ -371,13 +343,6 @@ class DownlinkService:
                 cursor.execute(statement.encode(), params)
 
 
-def parse_cursor(cursor: str) -> int:
-    """The last sequence a page returned ("" for none)."""
-    if cursor and (_CURSOR.fullmatch(cursor) is None or int(cursor) >= 1 << 63):
-        raise BadCursor("cursor is not one this server issued")
-    return int(cursor or 0)
-
-
 def _insert_statement(command: NewCommand, aggregate: DownlinkCommand) -> Statement:
     return (_INSERT_COMMAND, (
         command.node_id, command.command_id, command.kind.value, command.source_id,
@@ -486,8 +451,7 @@ def open_downlink(env: Mapping[str, str], conninfo: str,
                   max_page_size: int = 500) -> DownlinkService:
     """The service over the PostgreSQL event store `env`, its tables migrated."""
     migrate_postgres(conninfo)
-    full = with_statement_recorder(dict(env))
-    return DownlinkService(Downlink(env=Environment(Downlink.name, full)), max_page_size)
+    return DownlinkService(open_application(DownlinkApplication, env), max_page_size)
 
 
 class LazyDownlink:

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from eventsourcing.application import AggregateNotFoundError
 
 from tidesync import failpoints
+from tidesync.apps.apply_jobs import ApplyJobsApplication
+from tidesync.apps.conflict_capture import capture_conflict
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.recorder import Statement
+from tidesync.domain.actor import system_actor
 from tidesync.domain.apply_job import (
     ApplyJob,
     ErrorClass,
@@ -27,8 +32,6 @@ from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.clock import Clock
 from tidesync.domain.conflict_case import conflict_evidence, record_key_digest, rule_for
-from tidesync.shore.apps import ApplyJobs, ConflictCases, Statement
-from tidesync.shore.conflict_capture import capture_conflict
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
@@ -46,7 +49,7 @@ from tidesync.target.contract import (
 
 log = logging.getLogger(__name__)
 
-ACTOR = "system:apply-processor"
+ACTOR = system_actor("apply-processor")
 GAP_RECHECK_SECONDS = 2.0
 
 @dataclass
@@ -62,7 +65,7 @@ class ProcessorSettings:
 class ApplyProcessor:
     """One worker: `run_once()` claims a partition's next events and takes them to terminal."""
 
-    def __init__(self, apply_jobs: ApplyJobs, conflicts: ConflictCases,
+    def __init__(self, apply_jobs: ApplyJobsApplication, conflicts: ConflictCasesApplication,
                  queue: WorkQueue, applier: TargetApplier,
                  clock: Clock, settings: ProcessorSettings | None = None,
                  draw: Callable[[], float] = random.random) -> None:

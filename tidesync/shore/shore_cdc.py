@@ -11,34 +11,40 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import psycopg
 from eventsourcing.persistence import PersistenceError
 
-from tidesync.cdc.debezium import Block, DebeziumNormalizer, KafkaRecord, Normalized, Skip
+from tidesync.apps.recorder import Statement
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
 from tidesync.cdc.kafka import (
     KafkaQueue,
     PartitionKey,
-    QueueSettings,
     QueueUnavailable,
-    parse_options,
 )
+from tidesync.cdc.outcomes import Block, Normalized, Skip
 from tidesync.cdc.platform_writes import platform_event_id
-from tidesync.config import Config
+from tidesync.domain.actor import system_actor
 from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.conflict_case import is_sync_column
-from tidesync.domain.downlink_command import CommandKind, RowChangePayload
+from tidesync.domain.downlink_command import (
+    CommandKind,
+    DownlinkUnavailable,
+    NewCommand,
+    RowChangePayload,
+)
 from tidesync.domain.errors import Unavailable
 from tidesync.domain.values import frozen_row
 from tidesync.migrations import MigrationError
-from tidesync.shore.apps import Statement
-from tidesync.shore.downlink import DownlinkService, DownlinkUnavailable, NewCommand
+from tidesync.shore.downlink import DownlinkService
 from tidesync.target.contract import TargetError
 
 log = logging.getLogger(__name__)
+
+SHORE_CDC_ACTOR = system_actor("shore-cdc")
 
 _CONSUMER_LOCK = 0x73686F7265636463  # "shorecdc"
 # The shore_cdc_event id of a released record the normalizer could not read (it has no event).
@@ -250,7 +256,7 @@ class ShoreCdcConsumer:
         if result is ShoreCdcResult.FORWARDED:
             payload = row_change_payload(event, self.origin_node_id)
             batch.commands += [NewCommand(node, CommandKind.ROW_CHANGE, event.event_id,
-                                          payload, actor="shore-cdc",
+                                          payload, actor=SHORE_CDC_ACTOR,
                                           reason="shore business change",
                                           trace_id=event.trace_id) for node in nodes]
             count = len(nodes)
@@ -388,10 +394,10 @@ class TargetNodes:
     """The nodes a shore change goes to: `*` is every registered node not revoked (read
     again every `ttl` seconds, so a new ship gets changes from then on), else the listed ids."""
 
-    def __init__(self, spec: str, open_nodes: Callable[[], Any], ttl: float = 10.0,
+    def __init__(self, spec: Iterable[str], open_nodes: Callable[[], Any], ttl: float = 10.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.listed = None if spec.strip() == "*" else [
-            item.strip() for item in spec.split(",") if item.strip()]
+        names = [item.strip() for item in spec if item.strip()]
+        self.listed = None if "*" in names else names
         self._open_nodes, self._ttl, self._monotonic = open_nodes, ttl, monotonic
         self._app: Any = None
         self._cached: tuple[float, list[str]] | None = None
@@ -425,40 +431,3 @@ class ClosingConsumer(ShoreCdcConsumer):
                 closer = getattr(part, "close", None)
                 if closer is not None:
                     closer()
-
-
-def build_shore_cdc(config: Config) -> ShoreCdcRunner:
-    """The shore CDC runner of `[downlink]` and `[target]` (PostgreSQL event store only)."""
-    from tidesync.bootstrap import build_target_applier, event_store_env, postgres_conninfo
-    from tidesync.cdc.column_types import InMemoryColumnTypes
-    from tidesync.cdc.debezium import NormalizerSettings
-    from tidesync.ingress.nodes import NodesApplication
-    from tidesync.shore.downlink import open_downlink
-    from tidesync.shore.shore_cdc_holds import ShoreCdcHolds
-
-    downlink_config, store = config.downlink, config.event_store
-    env = event_store_env(store)
-    conninfo = postgres_conninfo(store)
-
-    def open_consumer() -> ShoreCdcConsumer:
-        types = (InMemoryColumnTypes.from_json_file(downlink_config.column_types_file)
-                 if downlink_config.column_types_file else None)
-        normalizer = DebeziumNormalizer(NormalizerSettings(
-            origin_node_id=config.target.node_id,
-            source_connector_id=downlink_config.source_connector_id,
-            bidirectional_tables=downlink_config.table_set(), column_types=types))
-        downlink = open_downlink(env, conninfo, downlink_config.max_page_size)
-        try:
-            applier = build_target_applier(config.target)
-        except Exception:
-            downlink.close()
-            raise
-        queue = KafkaQueue(QueueSettings(
-            downlink_config.kafka_bootstrap_servers, downlink_config.consumer_group,
-            downlink_config.topic_pattern, parse_options(downlink_config.kafka_consumer_options)))
-        return ClosingConsumer(
-            queue, normalizer, applier, downlink,
-            TargetNodes(downlink_config.nodes, lambda: NodesApplication(env=env)),
-            config.target.node_id, releases=ShoreCdcHolds.open(conninfo))
-
-    return ShoreCdcRunner(open_consumer, PostgresConsumerLock(conninfo))

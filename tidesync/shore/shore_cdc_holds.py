@@ -21,12 +21,9 @@ from eventsourcing.persistence import IntegrityError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.domain.errors import TidesyncError
-from tidesync.projections.operations import (
-    OperationsApplication,
-    OperatorAction,
-    OperatorActionError,
-)
+from tidesync.apps.operations import OperationsApplication
+from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.domain.operator_action import OperatorAction, OperatorActionError
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 
@@ -51,7 +48,7 @@ class HoldRefused(TidesyncError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code = ErrorCode(code)
 
 
 def release_action_id(topic: str, partition: int, offset: int) -> uuid.UUID:

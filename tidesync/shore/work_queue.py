@@ -18,9 +18,10 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from tidesync.apps.jobs import OpenEventCount, ReplayItem
+from tidesync.apps.recorder import Statement
 from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
 from tidesync.domain.change_event import ChangeEvent, Revision
-from tidesync.shore.apps import Statement
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
 
@@ -90,12 +91,6 @@ class StoredBatches:
                 out.append(UndecodableEvent(item, error))
         return out
 
-
-OpenEventCount = tuple[str, str, str | None, str | None, str | None, int]
-"""(origin node, state, result, error class, reason code, events) of events not applied."""
-
-ReplayItem = tuple[str, uuid.UUID, tuple[str, str, int, int]]
-"""(origin node, event id, partition key) of one event to replay."""
 
 
 class WorkQueue(Protocol):

@@ -15,47 +15,41 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Protocol
 
-import psycopg
-from eventsourcing.utils import Environment
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
-
-from tidesync.bootstrap import event_store_env, postgres_conninfo
-from tidesync.config import Config
-from tidesync.domain.clock import Clock, utc_now
-from tidesync.migrations import migrate_postgres
-from tidesync.projections.catalogue import default_catalogue
-from tidesync.projections.engine import ConcurrentProjectionError, ProjectionRunner
-from tidesync.projections.registry import ViewSettings
-from tidesync.shore.apps import ApplyJobs, ConflictCases, with_statement_recorder
-from tidesync.shore.arbiter import Arbiter, build_arbiter
-from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.apps.apply_jobs import ApplyJobsApplication
+from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.recorder import open_application
+from tidesync.shore.arbiter import Arbiter
+from tidesync.shore.processor import ApplyProcessor
 from tidesync.shore.shore_cdc import ShoreCdcRunner
-from tidesync.shore.work_queue import PostgresWorkQueue, WorkQueue
-from tidesync.target.contract import TargetApplier
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
 class ShoreApps:
     """The shore's event-sourced applications over one event store."""
 
-    apply_jobs: ApplyJobs
-    conflicts: ConflictCases
+    apply_jobs: ApplyJobsApplication
+    conflicts: ConflictCasesApplication
 
     @classmethod
     def open(cls, env: dict[str, str]) -> ShoreApps:
-        env = with_statement_recorder(env)
-        return cls(ApplyJobs(env=Environment(ApplyJobs.name, env)),
-                   ConflictCases(env=Environment(ConflictCases.name, env)))
+        return cls(open_application(ApplyJobsApplication, env),
+                   open_application(ConflictCasesApplication, env))
 
     def close(self) -> None:
         self.apply_jobs.close()
         self.conflicts.close()
+
+
+class ViewRunner(Protocol):
+    """What the worker loop needs of a view's runner (the projections engine has them)."""
+
+    def catch_up(self) -> int:
+        """Bring the view up to date; returns how many events it took in."""
+        ...
 
 
 @dataclass
@@ -63,7 +57,7 @@ class ShoreWorker:
     """Applies received events until stopped, keeping projections up to date between jobs."""
 
     processor: ApplyProcessor
-    projections: list[ProjectionRunner]
+    projections: list[ViewRunner]
     idle_sleep: float = 0.2
     stop_event: threading.Event = field(default_factory=threading.Event)
     shore_cdc: ShoreCdcRunner | None = None
@@ -84,10 +78,7 @@ class ShoreWorker:
             except Exception:  # the store or target is down: applying goes on, so does this
                 log.exception("conflict arbitration failed this round; trying again")
         for runner in self.projections:
-            try:
-                runner.run_until_idle()
-            except ConcurrentProjectionError:
-                log.info("projection %s advanced by another worker", runner.tracking_name)
+            runner.catch_up()
         return applied
 
     def run(self) -> None:
@@ -132,63 +123,3 @@ def settle_startup_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(_YOUNG_COLLECTION_ALLOCATIONS, 10, 10)
-
-
-def open_pool(config: Config) -> ConnectionPool[psycopg.Connection[TupleRow]]:
-    """The PostgreSQL event store's database, its tidesync tables migrated."""
-    conninfo = postgres_conninfo(config.event_store)
-    migrate_postgres(conninfo)
-    return ConnectionPool(conninfo, min_size=1, max_size=config.event_store.postgres_pool_size,
-                          open=True)
-
-
-def open_work_queue(config: Config) -> WorkQueue:
-    """The apply work tables of the event store; `close()` releases its connections."""
-    return PostgresWorkQueue(open_pool(config))
-
-
-def build_worker(config: Config, applier: TargetApplier,
-                 clock: Clock = utc_now,
-                 settings: ProcessorSettings | None = None) -> tuple[ShoreWorker, Any]:
-    """A worker over the configured event store; returns it and a closer."""
-    queue = open_work_queue(config)
-    apps = ShoreApps.open(event_store_env(config.event_store))
-    processor = ApplyProcessor(apps.apply_jobs, apps.conflicts, queue, applier, clock, settings)
-    assert isinstance(queue, PostgresWorkQueue)
-    pool = queue.pool
-    # Every registered view runs here, each with its position tracked (see projections/).
-    catalogue = default_catalogue(ViewSettings.from_config(config))
-    views = catalogue.open_applications(
-        event_store_env(config.event_store),
-        existing={"apply_jobs": apps.apply_jobs, "conflict_cases": apps.conflicts})
-    worker = ShoreWorker(processor, list(catalogue.runners(views, pool)))
-    worker.arbiter, close_arbiter = build_arbiter(config, apps.conflicts, pool, clock)
-
-    def close_views() -> None:
-        close_arbiter()
-        views.close()
-
-    worker.shore_cdc = shore_cdc_runner(config)
-
-    def close() -> None:
-        if worker.shore_cdc is not None:
-            worker.shore_cdc.close()
-        applier.close()
-        close_views()
-        apps.close()
-        queue.close()
-
-    return worker, close
-
-
-def shore_cdc_runner(config: Config) -> ShoreCdcRunner | None:
-    """The shore CDC consumer when `downlink.kafka_bootstrap_servers` is set."""
-    if not config.downlink.kafka_bootstrap_servers:
-        return None
-    from tidesync.shore.shore_cdc import build_shore_cdc
-
-    return build_shore_cdc(config)
-
-
-
-

@@ -12,8 +12,8 @@ from eventsourcing.application import AggregateNotFoundError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
+from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.domain.conflict_case import ConflictCase
-from tidesync.shore.apps import ConflictCases
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
 
@@ -75,7 +75,8 @@ def fetch_conflicts(pool: Pool, where: ConflictFilter, after: Sequence[object] |
     return [ConflictRow(*row) for row in rows]
 
 
-def load_cases(app: ConflictCases, conflict_ids: Sequence[uuid.UUID]) -> list[ConflictCase | None]:
+def load_cases(app: ConflictCasesApplication,
+               conflict_ids: Sequence[uuid.UUID]) -> list[ConflictCase | None]:
     cases: list[ConflictCase | None] = []
     for conflict_id in conflict_ids:
         try:

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import strawberry
 
+from tidesync.apps.conflicts import (
+    ConflictCommandError,
+    ConflictOutcome,
+    Decision,
+    replacement_from_text,
+)
 from tidesync.domain.conflict_case import ConflictRefused, DecisionSide
 from tidesync.graphql.common import WritePosition, mutation
 from tidesync.graphql.conflicts.queries import parse_conflict_id
@@ -28,12 +34,6 @@ from tidesync.graphql.permissions import (
 )
 from tidesync.graphql.positions import Position
 from tidesync.graphql.threads import blocking
-from tidesync.shore.conflicts import (
-    ConflictCommandError,
-    ConflictOutcome,
-    Decision,
-    replacement_from_text,
-)
 
 
 @strawberry.input(description="One column of a replacement value: its text in the column's "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import strawberry
 
+from tidesync.apps.jobs import ReplayRefused, replay
 from tidesync.domain.apply_job import ErrorClass
 from tidesync.graphql.common import Long, WritePosition, mutation
 from tidesync.graphql.context import Info
@@ -11,8 +12,6 @@ from tidesync.graphql.jobs.types import JobError, JobErrorCode, JobsReplayed, Re
 from tidesync.graphql.permissions import CanReplayJobs, allow
 from tidesync.graphql.positions import Position
 from tidesync.graphql.threads import blocking
-from tidesync.shore.jobs import ReplayRefused, replay
-from tidesync.shore.work_queue import PostgresWorkQueue
 
 
 @strawberry.input
@@ -33,7 +32,7 @@ class JobMutations:
 
         def run() -> tuple[int, int]:
             apply_jobs = context.console.apps().apply_jobs
-            queue = PostgresWorkQueue(context.console.pool)
+            queue = context.console.work_queue()
             count = replay(queue, apply_jobs, input.error_class, context.actor, input.reason,
                            input.node_id)
             return count, apply_jobs.recorder.max_notification_id() or 0

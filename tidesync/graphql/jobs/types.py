@@ -7,9 +7,9 @@ from typing import Annotated
 
 import strawberry
 
+from tidesync.apps.jobs import JobSummaryRow
 from tidesync.domain.apply_job import ErrorClass
 from tidesync.graphql.common import Long, WritePosition
-from tidesync.shore.jobs import JobSummaryRow
 
 strawberry.enum(ErrorClass, name="ErrorClass")
 

@@ -8,6 +8,14 @@ from collections.abc import Callable
 
 import strawberry
 
+from tidesync.apps.master_key import MasterKeyError
+from tidesync.apps.nodes import (
+    Actor,
+    IssuedSecret,
+    NodeAlreadyRegistered,
+    NodeNotFound,
+    NodesApplication,
+)
 from tidesync.domain.node import InvalidNodeId, NodeError, NodeRevoked
 from tidesync.graphql.common import WritePosition, mutation
 from tidesync.graphql.context import Info
@@ -25,14 +33,6 @@ from tidesync.graphql.nodes.types import (
 from tidesync.graphql.permissions import CanManageNodes, allow
 from tidesync.graphql.positions import Position
 from tidesync.graphql.threads import blocking
-from tidesync.ingress.master_key import MasterKeyError
-from tidesync.ingress.nodes import (
-    Actor,
-    IssuedSecret,
-    NodeAlreadyRegistered,
-    NodeNotFound,
-    NodesApplication,
-)
 
 MAX_OVERLAP_HOURS = 24 * 90
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import strawberry
 
+from tidesync.apps.users import IssuedToken, UserAlreadyExists, UserNotFound
 from tidesync.domain.user import InvalidUserName, Role, UserError
-from tidesync.graphql.accounts import IssuedToken, UserAlreadyExists, UserNotFound
 from tidesync.graphql.common import WritePosition, mutation
 from tidesync.graphql.context import Info
 from tidesync.graphql.permissions import CanManageUsers, allow

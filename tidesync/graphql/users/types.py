@@ -7,8 +7,8 @@ from typing import Annotated
 
 import strawberry
 
+from tidesync.apps.users import UserSummary
 from tidesync.domain.user import Role
-from tidesync.graphql.accounts import UserSummary
 from tidesync.graphql.common import WritePosition, field
 from tidesync.graphql.permissions import CanManageUsers, allow
 

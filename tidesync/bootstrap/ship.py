@@ -1,0 +1,90 @@
+"""The ship client process (`tidesync ship run`) from the `[ship]` and `[ship_target]` settings:
+queue consumer, state store, shore link and, with a business database, the downlink."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
+from tidesync.cdc.kafka import KafkaQueue, QueueSettings
+from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
+from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.node import secret_from_text
+from tidesync.ship.batcher import BatchLimits
+from tidesync.ship.client import ShipClient
+from tidesync.ship.client_settings import ClientSettings
+from tidesync.ship.consumer import QueueConsumer
+from tidesync.ship.downlink import DownlinkSettings
+from tidesync.ship.state import SQLiteShipState
+from tidesync.ship.transport import HttpShoreLink, ShoreLink
+from tidesync.target.contract import TargetApplier
+from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.sqlite import SQLiteTargetApplier
+
+
+def client_settings(ship: ShipConfig) -> ClientSettings:
+    return ClientSettings(
+        node_id=ship.node_id, replay_epoch=ship.replay_epoch,
+        limits=BatchLimits(ship.batch_max_events, ship.batch_max_bytes, ship.zstd_level),
+        window_per_partition=ship.send_window_events,
+        window_total=ship.send_window_total_events,
+        max_open_per_partition=ship.max_open_per_partition,
+        receipts_page_size=ship.receipts_page_size,
+        receipts_interval=float(ship.receipts_interval_seconds),
+        heartbeat_interval=float(ship.heartbeat_interval_seconds),
+        uplink_rate=float(ship.uplink_rate_bytes_per_sec),
+        uplink_burst=float(ship.uplink_burst_bytes),
+    )
+
+
+def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
+    types = (InMemoryColumnTypes.from_json_file(ship.column_types_file)
+             if ship.column_types_file else None)
+    return DebeziumNormalizer(NormalizerSettings(
+        origin_node_id=ship.node_id, source_connector_id=ship.source_connector_id,
+        replay_epoch=ship.replay_epoch,
+        bidirectional_tables=ship.table_set(),
+        column_types=types))
+
+
+def target_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApplier:
+    """The applier of the ship's business database; its node id is the ship's."""
+    target = ship_target.as_target(ship.node_id)
+    if ship_target.kind is ShipTargetKind.SQLITE:
+        return SQLiteTargetApplier(ship_target.sqlite_path, node_id=ship.node_id)
+    return MySQLTargetApplier(host=target.host, port=target.port, user=target.user,
+                              password=target.password, database=target.database or None,
+                              node_id=target.node_id)
+
+
+def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
+                 clock: Clock = utc_now,
+                 ship_target: ShipTargetConfig | None = None) -> ShipClient:
+    """The client of this configuration; `link` replaces the HTTP link (benchmarks).
+
+    With an enabled `ship_target` the client also pulls and applies shore commands."""
+    if not ship.node_id:
+        raise ValueError("ship.node_id is required")
+    if not ship.kafka_bootstrap_servers:
+        raise ValueError("ship.kafka_bootstrap_servers is required")
+    if link is None:
+        if not ship.secret:
+            raise ValueError("ship.secret is required (the node's signing secret)")
+        link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
+                             clock=clock, timeout=float(ship.request_timeout_seconds))
+    state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
+    queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
+                                     ship.topic_pattern,
+                                     dict(ship.kafka_consumer_options)))
+    consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch)
+    client = ShipClient(client_settings(ship), consumer, state, link, clock=clock)
+    if ship_target is not None and ship_target.enabled:
+        client.enable_downlink(downlink_settings(ship), target_applier(ship, ship_target))
+    return client
+
+
+def downlink_settings(ship: ShipConfig) -> DownlinkSettings:
+    return DownlinkSettings(node_id=ship.node_id, shore_node_id=ship.shore_node_id,
+                            page_size=ship.commands_page_size,
+                            interval=float(ship.commands_interval_seconds))

@@ -1,0 +1,90 @@
+"""The `[conflicts]` settings of arbitration in `tidesync shore work` (§11.3–11.6)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class ConflictPolicy(enum.StrEnum):
+    """How a rule's conflicts are decided (§11.4–11.5)."""
+
+    MANUAL = "MANUAL"
+    SHORE_WINS = "SHORE_WINS"
+    LAST_WRITER_WINS = "LAST_WRITER_WINS"
+
+
+class TieBreak(enum.StrEnum):
+    """Last writer wins with equal business times: the lower or the higher node id wins."""
+
+    LOWER_NODE_ID = "LOWER_NODE_ID"
+    HIGHER_NODE_ID = "HIGHER_NODE_ID"
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    """One rule's conflict policy; `time_column` only for LAST_WRITER_WINS."""
+
+    policy: ConflictPolicy
+    time_column: str = ""
+
+
+@dataclass(frozen=True)
+class ConflictsConfig:
+    """Conflict arbitration in `tidesync shore work` (§11.3–11.6).
+
+    `policies` maps tables to policies, a TOML table: `"db.table" = "SHORE_WINS"`,
+    `"db.table" = "LAST_WRITER_WINS:updated_at"`, `"db.table" = "MANUAL"`; other tables use
+    `default_policy`. Last writer wins compares the business time column of both versions; a
+    missing or unreadable time, or two times further apart than `max_clock_skew_seconds` from
+    the capture times, goes to a person instead.
+    """
+
+    default_policy: ConflictPolicy = ConflictPolicy.MANUAL
+    policies: Mapping[str, str] = field(default_factory=dict)
+    max_clock_skew_seconds: int = 300
+    tie_break: TieBreak = TieBreak.LOWER_NODE_ID
+    # An automatic decision holds a lease; a worker that dies mid-decision is taken over.
+    auto_decide_lease_seconds: int = 60
+    # Cases waiting for a person longer than this breach their SLA (conflict center).
+    manual_sla_hours: int = 24
+    poll_interval_ms: int = 500
+
+    def table_policies(self) -> dict[tuple[str, str], TablePolicy]:
+        out: dict[tuple[str, str], TablePolicy] = {}
+        for table, spec in self.policies.items():
+            database, _, name = table.partition(".")
+            policy_name, _, column = spec.partition(":")
+            out[(database, name)] = TablePolicy(ConflictPolicy(policy_name.strip()),
+                                                column.strip())
+        return out
+
+    def policy_for(self, database: str, table: str) -> TablePolicy:
+        return self.table_policies().get((database, table), TablePolicy(self.default_policy))
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("max_clock_skew_seconds", "auto_decide_lease_seconds", "manual_sla_hours",
+                     "poll_interval_ms"):
+            if getattr(self, name) < 1:
+                problems.append(f"conflicts.{name}: must be >= 1")
+        if self.default_policy is ConflictPolicy.LAST_WRITER_WINS:
+            problems.append("conflicts.default_policy: LAST_WRITER_WINS needs a time column, "
+                            "so it is set per table in conflicts.policies")
+        for table, spec in self.policies.items():
+            item = f"{table} = {spec}"
+            policy_name, _, column = spec.partition(":")
+            if table.count(".") != 1 or table.startswith(".") or table.endswith("."):
+                problems.append(f"conflicts.policies: {table!r} is not db.table")
+                continue
+            try:
+                policy = ConflictPolicy(policy_name.strip())
+            except ValueError:
+                problems.append(f"conflicts.policies: {policy_name.strip()!r} is not one of "
+                                f"{', '.join(p.value for p in ConflictPolicy)}")
+                continue
+            if (policy is ConflictPolicy.LAST_WRITER_WINS) != bool(column.strip()):
+                problems.append(f"conflicts.policies: {item!r}: LAST_WRITER_WINS takes a time "
+                                "column (POLICY:column), the other policies none")
+        return problems
