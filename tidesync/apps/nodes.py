@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import get_topic
 
 from tidesync.apps.master_key import MasterKeyError, SecretBox
+from tidesync.apps.recorder import created_ids
 from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.node import (
     SECRET_BYTES,
@@ -55,15 +55,7 @@ class NodesApplication(Application[uuid.UUID]):
 
     def node_ids(self) -> list[str]:
         """Every registered node id, in registration order."""
-        topic = get_topic(Node.Registered)  # type: ignore[attr-defined]
-        ids: list[uuid.UUID] = []
-        start = 1
-        while True:
-            page = self.recorder.select_notifications(start, 500, topics=[topic])
-            ids += [uuid.UUID(str(n.originator_id)) for n in page]
-            if len(page) < 500:
-                break
-            start = page[-1].id + 1
+        ids = created_ids(self, Node.Registered)  # type: ignore[attr-defined]
         return [self.repository.get(aggregate_id).node_id for aggregate_id in ids]
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.utils import Environment
+from eventsourcing.utils import Environment, get_topic
 from psycopg import Cursor
 from psycopg.rows import DictRow
 from psycopg.sql import SQL, Identifier
@@ -97,3 +98,17 @@ def with_statement_recorder(env: dict[str, str]) -> dict[str, str]:
 def open_application(cls: type[_App], env: Mapping[str, str]) -> _App:
     """`cls` over the event store `env`, in its own events table, with the recorder above."""
     return cls(env=Environment(cls.name, with_statement_recorder(dict(env))))
+
+
+def created_ids(app: Application[Any], created: type, page_size: int = 500) -> list[uuid.UUID]:
+    """The ids of every aggregate whose first event is `created`, in the order they were made
+    (read from the application's notifications, a page at a time)."""
+    topic = get_topic(created)
+    ids: list[uuid.UUID] = []
+    start = 1
+    while True:
+        page = app.recorder.select_notifications(start, page_size, topics=[topic])
+        ids += [uuid.UUID(str(notification.originator_id)) for notification in page]
+        if len(page) < page_size:
+            return ids
+        start = page[-1].id + 1

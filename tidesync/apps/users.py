@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import get_topic
 
+from tidesync.apps.recorder import created_ids
 from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.user import (
     Role,
@@ -60,15 +60,7 @@ class UsersApplication(Application[uuid.UUID]):
 
     def user_ids(self) -> list[uuid.UUID]:
         """Every user's aggregate id, in the order they were added."""
-        topic = get_topic(User.Added)  # type: ignore[attr-defined]
-        ids: list[uuid.UUID] = []
-        start = 1
-        while True:
-            page = self.recorder.select_notifications(start, 500, topics=[topic])
-            ids += [uuid.UUID(str(n.originator_id)) for n in page]
-            if len(page) < 500:
-                return ids
-            start = page[-1].id + 1
+        return created_ids(self, User.Added)  # type: ignore[attr-defined]
 
 
 def token_digest(token: str) -> str:
