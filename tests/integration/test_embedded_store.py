@@ -146,3 +146,15 @@ def test_tests_use_an_embedded_server_when_asked_or_when_none_answers() -> None:
     assert host.startswith("/") and "tidesync-pg-" in host  # a private socket directory
     assert version.startswith("18.")
     assert not Path(host).exists()  # stopped and removed when the process exited
+
+
+def test_a_directory_too_long_for_a_private_socket_is_refused(tmp_path: Path) -> None:
+    """The server trusts its socket's callers: the socket must stay in the 0700 data directory,
+    so a path too long for it is refused before anything is created (never moved to a shared
+    runtime directory)."""
+    deep = tmp_path.joinpath(*(["d" * 40] * 3), "postgres")
+    with pytest.raises(EmbeddedStoreError, match="too long for its private socket"):
+        EmbeddedPostgres.shared(deep)
+    assert not deep.exists()
+    with pytest.raises(EmbeddedStoreError, match=r"event_store\.embedded_dir"):
+        event_store_env(EventStoreConfig(kind=EventStoreKind.EMBEDDED, embedded_dir=str(deep)))
