@@ -93,6 +93,28 @@ def test_unknown_errors_are_plain_target_errors():
     assert type(mapped) is TargetError and mapped.reason_code == "DATABASE_ERROR"
 
 
+@pytest.mark.parametrize(("error", "reason"), [
+    (err.OperationalError(3105, "The value specified for generated column 'c'"),
+     RejectReason.GENERATED_COLUMN),
+    (err.OperationalError(1906, "The value specified for generated column 'c'"),
+     RejectReason.GENERATED_COLUMN),
+    (err.OperationalError(1153, "Got a packet bigger than 'max_allowed_packet'"),
+     RejectReason.PACKET_TOO_LARGE),
+    (err.OperationalError(1644, "refused by a trigger"), RejectReason.DATABASE_REFUSED),
+    (err.ProgrammingError(1110, "Column 'qty' specified twice"), RejectReason.DATABASE_REFUSED),
+])
+def test_an_events_statement_error_rejects_that_event(error, reason):
+    mapped = map_mysql_error(error, in_statement=True)
+    assert isinstance(mapped, StatementRejected) and mapped.reason is reason
+    assert "refused" not in mapped.detail and "qty" not in mapped.detail
+
+
+def test_server_faults_met_by_a_statement_stay_the_chunks():
+    mapped = map_mysql_error(err.InternalError(1030, "Got error 28 from storage engine"),
+                             in_statement=True)
+    assert type(mapped) is TargetError and mapped.reason_code == "DATABASE_ERROR"
+
+
 def _sqlite_error(kind: type[sqlite3.Error], code: int, text: str = "x") -> sqlite3.Error:
     error = kind(text)
     error.sqlite_errorcode = code

@@ -21,4 +21,8 @@ def mysql_target_applier(target: TargetConfig, route: Route = same_names) -> MyS
     table to the target's)."""
     return MySQLTargetApplier(host=target.host, port=target.port, user=target.user,
                               password=target.password, database=target.database or None,
-                              node_id=target.node_id, route=route)
+                              node_id=target.node_id, route=route,
+                              connect_timeout=target.connect_timeout_seconds,
+                              read_timeout=target.read_timeout_seconds,
+                              write_timeout=target.write_timeout_seconds,
+                              lock_wait_timeout=target.lock_wait_timeout_seconds)

@@ -193,6 +193,14 @@ class ApplyJob(Aggregate):
             self.states[event_id] = EventApplyState.RELEASED
             self.results.pop(event_id, None)
 
+    @event("SkipRequested")
+    def skip_requested(self, event_ids: list[str], actor: str, reason: str) -> None:
+        """An operator gave up on dead or rejected events: the next job finalizes them as
+        REJECTED (SKIPPED_BY_OPERATOR) without touching the target, in their source order."""
+        for event_id in event_ids:
+            self.states[event_id] = EventApplyState.RELEASED
+            self.results.pop(event_id, None)
+
     def open_event_ids(self) -> list[str]:
         """Events of this job still owned by it (not terminal, not handed back)."""
         return [e for e, s in self.states.items()

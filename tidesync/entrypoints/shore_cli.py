@@ -1,5 +1,5 @@
 """Subcommands of `tidesync` for the shore: `shore serve`, `shore work`, `shore cdc`,
-`jobs list|replay`.
+`jobs list|replay|skip`.
 
 `register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tidesync.apps.jobs import ReplayRefused, replay, summarize
+from tidesync.apps.jobs import ReplayRefused, replay, replay_event, skip_event, summarize
 from tidesync.bootstrap.event_store import event_store_env
 from tidesync.bootstrap.shore import build_worker, open_work_queue
 from tidesync.bootstrap.target import build_target_applier
@@ -52,13 +54,24 @@ def register_commands(commands: Commands) -> None:
     listing.set_defaults(handler=_run_jobs_list)
     replay = jobs_commands.add_parser(
         "replay", help="send dead or rejected events of one error class back to apply")
-    replay.add_argument("--class", dest="error_class", required=True,
-                        help="TARGET_SCHEMA, DATA, UNSUPPORTED, INFRA or EXHAUSTED"
-                             " (MALFORMED is never replayed)")
+    which = replay.add_mutually_exclusive_group(required=True)
+    which.add_argument("--class", dest="error_class",
+                       help="TARGET_SCHEMA, DATA, UNSUPPORTED, INFRA or EXHAUSTED"
+                            " (MALFORMED is never replayed)")
+    which.add_argument("--event", type=uuid.UUID,
+                       help="only this dead or rejected event (needs --node)")
     replay.add_argument("--reason", required=True, help="why (recorded on the job streams)")
     replay.add_argument("--node", help="only this node's events")
     replay.add_argument("--actor", default=None, help="who asks (default: the OS user)")
     replay.set_defaults(handler=_run_jobs_replay)
+    skip = jobs_commands.add_parser(
+        "skip", help="give up on one dead or rejected event: it ends REJECTED"
+                     " (SKIPPED_BY_OPERATOR) and its partition moves on")
+    skip.add_argument("--node", required=True, help="the node the event came from")
+    skip.add_argument("--event", required=True, type=uuid.UUID, help="the event id")
+    skip.add_argument("--reason", required=True, help="why (recorded on the job stream)")
+    skip.add_argument("--actor", default=None, help="who asks (default: the OS user)")
+    skip.set_defaults(handler=_run_jobs_skip)
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -75,7 +88,11 @@ def _run_work(args: argparse.Namespace) -> int:
     applier = build_target_applier(config.target)
     settings = ProcessorSettings(max_events_per_job=config.shore.apply_max_events_per_job,
                                  chunk_size=config.shore.apply_chunk_size,
-                                 lease_seconds=config.shore.apply_lease_seconds)
+                                 lease_seconds=config.shore.apply_lease_seconds,
+                                 scope=config.apply)
+    if not config.apply.restricted:
+        logging.getLogger(__name__).warning(
+            "apply.node_tables is not set: every node may write every enabled table")
     if args.worker_id:
         settings.worker_id = args.worker_id
     worker, close = build_worker(config, applier, settings=settings)
@@ -111,6 +128,11 @@ def _run_jobs_list(args: argparse.Namespace) -> int:
 
 
 def _run_jobs_replay(args: argparse.Namespace) -> int:
+    if args.event is not None:
+        if not args.node:
+            print("tidesync: --event needs --node", file=sys.stderr)
+            return 2
+        return _one_event(args, replay_event, "sent back to apply")
     try:
         error_class = ErrorClass(args.error_class.upper())
     except ValueError:
@@ -129,4 +151,25 @@ def _run_jobs_replay(args: argparse.Namespace) -> int:
         apps.close()
         queue.close()
     print(f"{count} event(s) sent back to apply")
+    return 0
+
+
+def _run_jobs_skip(args: argparse.Namespace) -> int:
+    return _one_event(args, skip_event, "skipped: it ends REJECTED (SKIPPED_BY_OPERATOR)")
+
+
+def _one_event(args: argparse.Namespace, command: Callable[..., None], done: str) -> int:
+    """Replay or skip one event, recorded on its job stream with actor and reason."""
+    config = _config(args)
+    queue = open_work_queue(config)
+    apps = ShoreApps.open(event_store_env(config.event_store))
+    try:
+        command(queue, apps.apply_jobs, args.node, args.event, actor_of(args), args.reason)
+    except ReplayRefused as refused:
+        print(f"tidesync: {refused}", file=sys.stderr)
+        return 2
+    finally:
+        apps.close()
+        queue.close()
+    print(f"event {args.event} {done}")
     return 0

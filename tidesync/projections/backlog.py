@@ -37,6 +37,8 @@ _STATE_OF_TOPIC = {
     event_topic(ApplyJob.DeadLettered): "DEAD",  # type: ignore[attr-defined]
     event_topic(ApplyJob.Released): "PENDING",  # type: ignore[attr-defined]
     event_topic(ApplyJob.Replayed): "REPLAYED",  # type: ignore[attr-defined]
+    # A skip takes the event out of its result the same way; the next job finalizes it.
+    event_topic(ApplyJob.SkipRequested): "REPLAYED",  # type: ignore[attr-defined]
 }
 _FINALIZED = event_topic(ApplyJob.Finalized)  # type: ignore[attr-defined]
 

@@ -20,6 +20,7 @@ from tidesync import failpoints
 from tidesync.apps.apply_jobs import ApplyJobsApplication
 from tidesync.apps.conflict_capture import capture_conflict
 from tidesync.apps.conflict_cases import ConflictCasesApplication
+from tidesync.apps.jobs import SKIPPED_BY_OPERATOR
 from tidesync.apps.recorder import Statement
 from tidesync.domain.actor import system_actor
 from tidesync.domain.apply_job import (
@@ -32,6 +33,7 @@ from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.clock import Clock
 from tidesync.domain.conflict_case import conflict_evidence, record_key_digest, rule_for
+from tidesync.shore.settings import NOT_AUTHORIZED, ApplyConfig
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
@@ -42,6 +44,7 @@ from tidesync.shore.work_queue import (
 from tidesync.target.contract import (
     CommitOutcomeUnknown,
     TargetApplier,
+    TargetError,
     TargetOutcome,
     TargetOutcomeKind,
     TransientTargetError,
@@ -60,6 +63,8 @@ class ProcessorSettings:
     """Events per target transaction; a job applies several chunks, finalized together."""
     lease_seconds: float = 60.0
     backoff: Backoff = field(default_factory=Backoff)
+    scope: ApplyConfig = field(default_factory=ApplyConfig)
+    """Which tables each node may write (`[apply.node_tables]`)."""
 
 
 class ApplyProcessor:
@@ -94,7 +99,11 @@ class ApplyProcessor:
         )
         # APPLYING is on record before the target is touched, so a takeover can name it.
         self.apply_jobs.save(job)
-        return self._process(claim, job, self.queue.load_batches(claim))
+        try:
+            batches = self.queue.load_batches(claim)
+        except Exception as error:  # noqa: BLE001 (a stored body that no longer parses)
+            return self._retry_later(claim, job, claim.events, [], [], _unexpected(error))
+        return self._process(claim, job, batches)
 
     def _process(self, claim: Claim, job: ApplyJob, batches: StoredBatches) -> int:
         now = self.clock()
@@ -109,21 +118,18 @@ class ApplyProcessor:
         chunks = [ready[start:start + size] for start in range(0, len(ready), size)]
         results: list[FinalResult] = []
         for index, chunk in enumerate(chunks):
-            items = batches.decode(chunk)
-            results += [self._malformed(i) for i in items if isinstance(i, UndecodableEvent)]
-            events = [i for i in items if isinstance(i, ChangeEvent)]
             try:
-                outcomes = self.applier.apply_chunk(events)
+                results += self._apply_chunk(job, chunk, batches)
             except (TransientTargetError, CommitOutcomeUnknown) as error:
-                pending = [e for rest in chunks[index:] for e in rest]
-                return self._retry_later(claim, job, pending, held_ids, results, error)
-            failpoints.hit("after_target_commit")
-            chunk_results = [self._result(event, outcome)
-                             for event, outcome in zip(events, outcomes, strict=True)]
-            applied = [r.event_id for r in chunk_results if r.result is EventResult.APPLIED]
-            if applied:
-                job.target_committed(applied, ACTOR, "target transaction committed")
-            results += chunk_results
+                return self._retry_later(claim, job, _unfinished(chunks[index:], results),
+                                         held_ids, results, error.reason_code)
+            except Exception as error:  # noqa: BLE001
+                # A fault no reason code names (a bug, a database error nobody mapped): the
+                # chunk waits and retries like a transient one and ends DEAD, where an
+                # operator can replay or skip it; it never takes the worker down.
+                reason_code = _unexpected(error)
+                return self._retry_later(claim, job, _unfinished(chunks[index:], results),
+                                         held_ids, results, reason_code)
         statements = self._finalize(claim, job, results, now)
         if held:
             statements += self.queue.gap_statements(
@@ -132,6 +138,30 @@ class ApplyProcessor:
             statements += self.queue.unlease_statements(claim, next_sequence=next_sequence)
         self.apply_jobs.save(job, extra_statements=statements)
         return len(results)
+
+    def _apply_chunk(self, job: ApplyJob, chunk: Sequence[ClaimedEvent],
+                     batches: StoredBatches) -> list[FinalResult]:
+        """One target transaction: the chunk's terminal results, skipped, undecodable and
+        unauthorized events first (they never reach the target)."""
+        results = [self._skipped(e) for e in chunk if e.skip]
+        items = batches.decode([e for e in chunk if not e.skip])
+        results += [self._malformed(i) for i in items if isinstance(i, UndecodableEvent)]
+        events: list[ChangeEvent] = []
+        for item in items:
+            if not isinstance(item, ChangeEvent):
+                continue
+            if self._allowed(item):
+                events.append(item)
+            else:
+                results.append(self._not_authorized(item))
+        outcomes = self.applier.apply_chunk(events)
+        failpoints.hit("after_target_commit")
+        chunk_results = [self._result(event, outcome)
+                         for event, outcome in zip(events, outcomes, strict=True)]
+        applied = [r.event_id for r in chunk_results if r.result is EventResult.APPLIED]
+        if applied:
+            job.target_committed(applied, ACTOR, "target transaction committed")
+        return results + chunk_results
 
     def _finalize(self, claim: Claim, job: ApplyJob, results: list[FinalResult],
                   now: dt.datetime) -> list[Statement]:
@@ -142,12 +172,10 @@ class ApplyProcessor:
                                               results, now)
 
     def _retry_later(self, claim: Claim, job: ApplyJob, pending: Sequence[ClaimedEvent],
-                     held_ids: list[str], done: list[FinalResult],
-                     error: TransientTargetError | CommitOutcomeUnknown) -> int:
+                     held_ids: list[str], done: list[FinalResult], reason_code: str) -> int:
         """A transient failure: what this job finished is finalized; the rest waits with
         full-jitter backoff (re-applying it later is idempotent thanks to the ledger)."""
         now = self.clock()
-        reason_code = error.reason_code
         attempt = claim.attempts + 1
         retry_ids = [str(e.event_id) for e in pending]
         statements = self._finalize(claim, job, done, now)
@@ -164,7 +192,7 @@ class ApplyProcessor:
             delay = self.settings.backoff.delay(attempt, self.draw())
             not_before = now + dt.timedelta(seconds=delay)
             job.schedule_retry(retry_ids, ErrorClass.INFRA.value, reason_code, attempt,
-                               not_before, ACTOR, "transient target error")
+                               not_before, ACTOR, "target error; retrying")
             statements += self.queue.retry_statements(
                 claim, retry_ids, ErrorClass.INFRA.value, not_before, attempt, resume_at)
             log.warning("transient target error %s; retry %d in %.1fs", reason_code, attempt,
@@ -185,6 +213,20 @@ class ApplyProcessor:
         return FinalResult(str(event.event_id), result, reason, conflict_id, revision,
                            event.source_position, rule_for(event), event.record.canonical(),
                            event.operation.value)
+
+    def _allowed(self, event: ChangeEvent) -> bool:
+        return self.settings.scope.allows(event.origin_node_id, event.database, event.table)
+
+    def _not_authorized(self, event: ChangeEvent) -> FinalResult:
+        return FinalResult(str(event.event_id), EventResult.REJECTED, NOT_AUTHORIZED,
+                           position=event.source_position, rule_id=rule_for(event),
+                           record_key=event.record.canonical(),
+                           operation=event.operation.value)
+
+    @staticmethod
+    def _skipped(claimed: ClaimedEvent) -> FinalResult:
+        return FinalResult(str(claimed.event_id), EventResult.REJECTED, SKIPPED_BY_OPERATOR,
+                           position=claimed.position)
 
     def _malformed(self, item: UndecodableEvent) -> FinalResult:
         return FinalResult(str(item.claimed.event_id), EventResult.REJECTED,
@@ -214,6 +256,20 @@ class ApplyProcessor:
                       ACTOR, "lease expired")
         self.apply_jobs.save(old)
         log.warning("took over apply job %s (lease expired)", claim.previous_job_id)
+
+
+def _unexpected(error: Exception) -> str:
+    """The reason code of an unexpected fault, logged by code and type only (never values)."""
+    reason_code = error.reason_code if isinstance(error, TargetError) else "UNEXPECTED_ERROR"
+    log.error("applying failed unexpectedly (%s, %s)", reason_code, type(error).__name__)
+    return reason_code
+
+
+def _unfinished(chunks: Sequence[Sequence[ClaimedEvent]],
+                results: Sequence[FinalResult]) -> list[ClaimedEvent]:
+    """The events of these chunks that have no terminal result yet."""
+    finished = {result.event_id for result in results}
+    return [e for chunk in chunks for e in chunk if str(e.event_id) not in finished]
 
 
 def split_at_gap(events: Sequence[ClaimedEvent], next_sequence: int,

@@ -1,8 +1,10 @@
-"""The `[conflicts]` settings of arbitration in `tidesync shore work` (§11.3–11.6)."""
+"""The `[conflicts]` settings of arbitration in `tidesync shore work` (§11.3–11.6), and its
+`[apply]` settings: which tables each ship may write."""
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -88,3 +90,55 @@ class ConflictsConfig:
                 problems.append(f"conflicts.policies: {item!r}: LAST_WRITER_WINS takes a time "
                                 "column (POLICY:column), the other policies none")
         return problems
+
+
+ANY_NODE = "*"
+NOT_AUTHORIZED = "NOT_AUTHORIZED_FOR_TABLE"
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """`node_tables` maps a node id (or `"*"`, every node not named) to the tables it may
+    write, as the ship names them: `"ship-1" = ["fleet.items", "stores.*"]`.
+
+    An installation without `[apply.node_tables]` keeps the behaviour it had before the
+    allow-list existed (every node writes every enabled table) and says so in the worker's
+    log; as soon as the table has any entry, a node neither named nor covered by `"*"` writes
+    nothing.
+    """
+
+    node_tables: Mapping[str, str] = field(default_factory=dict)
+    """Node → tables, TOML arrays of `database.table` or `database.*` (kept comma-joined)."""
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.node_tables)
+
+    def allows(self, node_id: str, database: str, table: str) -> bool:
+        """Whether `node_id` may write `database.table`."""
+        if not self.node_tables:
+            return True
+        allowed = self._allowed.get(node_id, self._allowed.get(ANY_NODE))
+        if allowed is None:
+            return False
+        return f"{database}.{table}" in allowed or f"{database}.*" in allowed
+
+    @functools.cached_property
+    def _allowed(self) -> dict[str, frozenset[str]]:
+        return {node: frozenset(_split(entries)) for node, entries in self.node_tables.items()}
+
+    def validate(self) -> list[str]:
+        problems = []
+        for node_id, entries in self.node_tables.items():
+            if not node_id.strip():
+                problems.append("apply.node_tables: a node id is empty")
+            for entry in _split(entries):
+                database, dot, table = entry.partition(".")
+                if not dot or not database or not table or "." in table:
+                    problems.append(f"apply.node_tables.{node_id}: {entry!r} is not"
+                                    " database.table or database.*")
+        return problems
+
+
+def _split(entries: str) -> list[str]:
+    return [entry.strip() for entry in entries.split(",") if entry.strip()]

@@ -18,7 +18,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from tidesync.apps.jobs import OpenEventCount, ReplayItem
+from tidesync.apps.jobs import HeldEvent, OpenEventCount, ReplayItem
 from tidesync.apps.recorder import Statement
 from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
 from tidesync.domain.change_event import ChangeEvent, Revision
@@ -44,6 +44,8 @@ class ClaimedEvent:
     batch_index: int
     position: int
     sequence: int | None
+    skip: bool = False
+    """An operator skipped it: finalized REJECTED without being decoded or applied."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,14 @@ class WorkQueue(Protocol):
         """Send events back to PENDING and lift their partitions' retry wait."""
         ...
 
+    def skip_statements(self, items: Sequence[ReplayItem]) -> list[Statement]:
+        """Send events back to PENDING marked to be finalized as skipped."""
+        ...
+
+    def held_event(self, node: str, event_id: uuid.UUID) -> HeldEvent | None:
+        """One event's state in the work index, if it was received."""
+        ...
+
     def run(self, statements: Sequence[Statement]) -> None:
         """Run index updates that have no job events to ride with, in one transaction."""
         ...
@@ -214,8 +224,8 @@ class PostgresWorkQueue:
     def _open_events(self, conn: psycopg.Connection[TupleRow], partition: SourcePartition,
                      max_events: int) -> list[ClaimedEvent]:
         rows = conn.execute(
-            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence"
-            " FROM inbox_event WHERE origin_node_id = %s AND source_topic = %s"
+            "SELECT event_id, batch_ref, batch_index, source_position, source_sequence,"
+            " skip_requested FROM inbox_event WHERE origin_node_id = %s AND source_topic = %s"
             " AND source_partition = %s AND replay_epoch = %s AND state = 'PENDING'"
             " ORDER BY source_position LIMIT %s",
             (*partition.params(), max_events),
@@ -265,7 +275,7 @@ class PostgresWorkQueue:
             "UPDATE inbox_event AS i SET state = 'TERMINAL', result = u.result,"
             " reason_code = u.reason_code, conflict_id = u.conflict_id,"
             " result_revision = uuid_send(u.result_revision), terminal_at = %s, job_id = %s,"
-            " error_class = u.error_class"
+            " error_class = u.error_class, skip_requested = false"
             # Ids and revisions travel as the text the results hold; the server parses them
             # (a job finalizes thousands of events, and parsing them here costs more).
             " FROM unnest(%b::text[]::uuid[], %b::text[], %b::text[], %b::text[]::uuid[],"
@@ -343,19 +353,36 @@ class PostgresWorkQueue:
                  " VALUES (%s, %s, %s)", (rule_id, key_digest, conflict_id))]
 
     @staticmethod
-    def replay_statements(items: Sequence[ReplayItem]) -> list[Statement]:
+    def replay_statements(items: Sequence[ReplayItem], *, skip: bool = False
+                          ) -> list[Statement]:
         statements: list[Statement] = []
         for origin, event_id, _ in items:
             statements.append((
                 "UPDATE inbox_event SET state = 'PENDING', job_id = NULL, attempts = 0,"
-                " result = NULL, reason_code = NULL, terminal_at = NULL"
-                " WHERE origin_node_id = %s AND event_id = %s", (origin, event_id)))
+                " result = NULL, reason_code = NULL, terminal_at = NULL, skip_requested = %s"
+                " WHERE origin_node_id = %s AND event_id = %s", (skip, origin, event_id)))
         for partition in {p for _, _, p in items}:
             statements.append((
                 "UPDATE apply_partition SET not_before = NULL, attempts = 0"
                 " WHERE origin_node_id = %s AND source_topic = %s AND source_partition = %s"
                 " AND replay_epoch = %s", partition))
         return statements
+
+    @staticmethod
+    def skip_statements(items: Sequence[ReplayItem]) -> list[Statement]:
+        return PostgresWorkQueue.replay_statements(items, skip=True)
+
+    def held_event(self, node: str, event_id: uuid.UUID) -> HeldEvent | None:
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT job_id, state, result, error_class, source_topic, source_partition,"
+                " replay_epoch FROM inbox_event WHERE origin_node_id = %s AND event_id = %s",
+                (node, event_id)).fetchone()
+        if row is None:
+            return None
+        job_id, state, result, error_class, topic, partition, epoch = row
+        return HeldEvent(job_id, state, result, error_class,
+                         (node, event_id, (node, topic, partition, epoch)))
 
     def run(self, statements: Sequence[Statement]) -> None:
         """Run index updates that have no job events to ride with, in one transaction."""
@@ -412,7 +439,10 @@ class PostgresWorkQueue:
                 "SELECT job_id, origin_node_id, event_id, source_topic, source_partition,"
                 " replay_epoch FROM inbox_event"
                 " WHERE error_class = %(class)s AND job_id IS NOT NULL"
-                " AND (state = 'DEAD' OR (state = 'TERMINAL' AND result = 'REJECTED'))"
+                " AND (state = 'DEAD' OR (state = 'TERMINAL' AND result = 'REJECTED'"
+                # An operator gave these up one by one: only `jobs replay --event` brings one
+                # back, never a replay of a whole class.
+                "   AND reason_code IS DISTINCT FROM 'SKIPPED_BY_OPERATOR'))"
                 " AND (%(node)s::text IS NULL OR origin_node_id = %(node)s)",
                 {"class": error_class, "node": node},
             ).fetchall()

@@ -17,6 +17,7 @@ from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombs
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import TidesyncError
 from tidesync.domain.sync_columns import METADATA_COLUMNS
+from tidesync.domain.value_checks import event_problem
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
     RejectReason,
@@ -100,6 +101,9 @@ def plan_write(event: ChangeEvent, shape: TableShape) -> PlannedWrite | TargetOu
         names = [name for name in event.changed_columns() if name not in _METADATA]
     else:
         names = [name for name in event.after if name not in _METADATA]
+    if shape.generated:
+        # The database computes generated columns; a ship's image carries them as it read them.
+        names = [name for name in names if not shape.is_generated(name)]
     return _with_columns(event, shape, key, names)
 
 
@@ -277,6 +281,9 @@ class CompareAndSetApplier(abc.ABC):
         if event.origin_node_id == self.node_id:
             return rejected(event, RejectReason.ORIGIN_IS_TARGET,
                             "an event that originated on this node is never applied back to it")
+        problem = event_problem(event)
+        if problem:
+            return rejected(event, RejectReason(problem[0].value), problem[1])
         shape = self._shape(*self._route(event.database, event.table))
         if isinstance(shape, TargetOutcome):
             return TargetOutcome(event.event_id, shape.kind, shape.reason_code, shape.detail)
@@ -316,7 +323,8 @@ class CompareAndSetApplier(abc.ABC):
             self._flush(batch, now, applied, settled, outcomes)
             self._write_ledger(events, applied, now, settled)
             self._commit()
-        except (_Retry, TargetError):
+        except Exception:
+            # Whatever went wrong, nothing of this attempt may stay open on the connection.
             self._rollback()
             raise
         return [outcomes[index] for index in range(len(events))]

@@ -45,6 +45,15 @@ class RejectReason(enum.StrEnum):
     MISSING_VALUE = "MISSING_VALUE"
     CONSTRAINT_VIOLATION = "CONSTRAINT_VIOLATION"
     DUPLICATE_UNIQUE_KEY = "DUPLICATE_UNIQUE_KEY"
+    INVALID_NAME = "INVALID_NAME"
+    DUPLICATE_COLUMN = "DUPLICATE_COLUMN"
+    METADATA_COLUMN = "METADATA_COLUMN"
+    GENERATED_COLUMN = "GENERATED_COLUMN"
+    PACKET_TOO_LARGE = "PACKET_TOO_LARGE"
+    DATABASE_REFUSED = "DATABASE_REFUSED"
+    """The database refused the statement with an error no other reason names."""
+    STATEMENT_NOT_BUILT = "STATEMENT_NOT_BUILT"
+    """The applier could not turn the event's values into a statement."""
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ T = TypeVar("T")
 
 _LEDGER_COLUMNS = "(event_id, origin_node_id, table_name, applied_at)"
 _LOOKUP_BATCH = 1000
+_PACKET_MARGIN = 1024
+"""Bytes of a packet kept free of statement text (the packet header and the like)."""
 
 
 class MySQLTargetApplier(CompareAndSetApplier):
@@ -74,18 +76,22 @@ class MySQLTargetApplier(CompareAndSetApplier):
     def __init__(
         self, *, host: str, port: int, user: str, password: str, node_id: str,
         database: str | None = None, route: Route = same_names, clock: Clock = utc_now,
-        lock_wait_timeout: int | None = None, connect_timeout: float = 10.0,
-        read_timeout: float | None = None, pipeline_depth: int = 50,
+        lock_wait_timeout: int = 20, connect_timeout: float = 10.0,
+        read_timeout: float = 60.0, write_timeout: float = 60.0, pipeline_depth: int = 50,
     ) -> None:
         super().__init__(check_node_id(node_id), route, clock)
         self.pipeline_depth = pipeline_depth
+        # No call may wait forever on a half-open link: a COMMIT whose answer does not come
+        # within read_timeout is CommitOutcomeUnknown, settled later from the ledger.
         self._options: dict[str, Any] = {
             "host": host, "port": port, "user": user, "password": password,
             "database": database, "charset": "utf8mb4", "autocommit": False,
             "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
             "connect_timeout": connect_timeout, "read_timeout": read_timeout,
+            "write_timeout": write_timeout,
         }
         self._lock_wait_timeout = lock_wait_timeout
+        self._max_packet = 16 * 1024 * 1024  # read from the server on connect
         self._connection: Any = None
         self._statements: dict[tuple[object, ...], str] = {}
         self._literal_cache: dict[object, str] = {}
@@ -93,14 +99,22 @@ class MySQLTargetApplier(CompareAndSetApplier):
 
     # -- the driver boundary ------------------------------------------------------------------
 
-    def _call(self, action: Callable[[], T], *, commit: bool = False) -> T:
-        """Run a driver call; every pymysql error is mapped here and nowhere else."""
+    def _call(self, action: Callable[[], T], *, commit: bool = False,
+              statement: bool = False) -> T:
+        """Run a driver call; every pymysql error is mapped here and nowhere else.
+
+        `statement`: the call runs events' compare-and-set statements (see map_mysql_error).
+        """
         try:
             return action()
         except pymysql.MySQLError as error:
-            mapped = map_mysql_error(error, during_commit=commit)
-            if isinstance(mapped, TargetError):
-                log.warning("target MySQL call failed: %s", mapped.reason_code)
+            mapped = map_mysql_error(error, during_commit=commit, in_statement=statement)
+            if isinstance(mapped, TargetError) or (
+                    isinstance(mapped, StatementRejected)
+                    and mapped.reason is RejectReason.PACKET_TOO_LARGE):
+                # The server closes the connection after a packet too large.
+                log.warning("target MySQL call failed: %s", getattr(
+                    mapped, "reason_code", RejectReason.PACKET_TOO_LARGE.value))
                 self._drop_connection()
             raise mapped from error
 
@@ -116,8 +130,11 @@ class MySQLTargetApplier(CompareAndSetApplier):
                 f"SET time_zone = '+00:00', {REMOTE_APPLY_VARIABLE} = 1,"
                 " sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_ALL_TABLES')")
             cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            if self._lock_wait_timeout is not None:
-                cursor.execute("SET innodb_lock_wait_timeout = %s", (self._lock_wait_timeout,))
+            # Row locks (InnoDB) and metadata locks (DDL running on the table) alike.
+            cursor.execute("SET innodb_lock_wait_timeout = %s, lock_wait_timeout = %s",
+                           (self._lock_wait_timeout, self._lock_wait_timeout))
+            cursor.execute("SELECT @@max_allowed_packet")
+            self._max_packet = int(cursor.fetchone()[0])
         connection.commit()
         return connection
 
@@ -233,10 +250,12 @@ class MySQLTargetApplier(CompareAndSetApplier):
         touched: list[bool] = []
         while len(touched) < len(writes):
             rest = writes[len(touched):]
-            text = ";\n".join(self._sql(write, now) for write in rest)
+            text = ";\n".join(self._fitting(self._statement_texts(rest, now, len(touched)),
+                                             len(touched)))
             counts: list[int] = []
             try:
-                self._call(functools.partial(run_statements, cursor, text, counts))
+                self._call(functools.partial(run_statements, cursor, text, counts),
+                           statement=True)
             except DuplicatePrimaryKey:
                 touched += [*touched_by(rest, counts), False]
                 continue
@@ -245,6 +264,34 @@ class MySQLTargetApplier(CompareAndSetApplier):
                 raise
             touched += touched_by(rest, counts)
         return touched
+
+    def _statement_texts(self, writes: Sequence[PlannedWrite], now: dt.datetime,
+                         offset: int) -> list[str]:
+        """Each write's SQL text; a write whose values make no literal is REJECTED (built
+        here, outside the driver, so its errors are mapped here)."""
+        texts = []
+        for position, write in enumerate(writes):
+            try:
+                texts.append(self._sql(write, now))
+            except (ValueError, TypeError, ArithmeticError, UnicodeError) as error:
+                raise StatementRejected(RejectReason.STATEMENT_NOT_BUILT, type(error).__name__,
+                                        offset + position) from error
+        return texts
+
+    def _fitting(self, texts: list[str], offset: int, *, strict: bool = True) -> list[str]:
+        """The leading texts that fit in one packet the server accepts (a packet too large
+        makes the server close the connection, losing the transaction). `strict`: a first
+        text too large is the event's PACKET_TOO_LARGE (else none fit)."""
+        limit = self._max_packet - _PACKET_MARGIN
+        size = 0
+        for count, text in enumerate(texts):
+            size += len(text) if len(text) * 4 <= limit else len(text.encode())
+            if size > limit:
+                if count == 0 and strict:
+                    raise StatementRejected(RejectReason.PACKET_TOO_LARGE,
+                                            f"statement over {limit} bytes", offset)
+                return texts[:count]
+        return texts
 
     def forget_tables(self) -> None:
         super().forget_tables()
@@ -264,8 +311,11 @@ class MySQLTargetApplier(CompareAndSetApplier):
         multi-table UPDATE changed, even with CLIENT.FOUND_ROWS: a row matched but left as it
         was only sends the batch the one-by-one way.)
         """
-        text = self._set_update_text(writes, now)
-        if text is None:
+        try:
+            text = self._set_update_text(writes, now)
+        except (ValueError, TypeError, ArithmeticError, UnicodeError):
+            text = None  # one by one, where the event at fault is named
+        if text is None or not self._fitting([text], 0, strict=False):
             return False
         counts: list[int] = []
         try:

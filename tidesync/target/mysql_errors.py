@@ -42,7 +42,14 @@ _REJECTED: dict[int, RejectReason] = {
     3819: RejectReason.CONSTRAINT_VIOLATION, 1451: RejectReason.CONSTRAINT_VIOLATION,
     1452: RejectReason.CONSTRAINT_VIOLATION, 1216: RejectReason.CONSTRAINT_VIOLATION,
     1217: RejectReason.CONSTRAINT_VIOLATION, 1364: RejectReason.MISSING_VALUE,
+    3105: RejectReason.GENERATED_COLUMN, 1906: RejectReason.GENERATED_COLUMN,
+    1153: RejectReason.PACKET_TOO_LARGE, 1301: RejectReason.PACKET_TOO_LARGE,
 }
+_SERVER_FAULTS = frozenset({
+    1015, 1016, 1017, 1018, 1030, 1036, 1037, 1038, 1180, 1181, 1194, 1195, 1197, 1874, 1878,
+})
+"""Storage, memory and file faults of the server: never an event's own fault, even when its
+statement meets them (the chunk retries, then waits DEAD for an operator)."""
 _DUPLICATE_KEY = (1062, 1586)
 # The last quoted name after "column"/"Field": values come earlier in these messages.
 _COLUMN_IN_MESSAGE = re.compile(
@@ -50,10 +57,14 @@ _COLUMN_IN_MESSAGE = re.compile(
 _KEY_IN_MESSAGE = re.compile(r"for key '([^']{1,129})'\s*$")
 
 
-def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False) -> Exception:
+def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False,
+                    in_statement: bool = False) -> Exception:
     """Our error for a pymysql error: TransientTargetError, CommitOutcomeUnknown (a connection
     lost while COMMIT was in flight), StatementRejected (the event can never apply as is),
     DuplicatePrimaryKey, or TargetError for anything unexpected.
+
+    `in_statement`: the error answered an event's own statement, so an error number not
+    named here is that event's (REJECTED as DATABASE_REFUSED), not the chunk's.
 
     Messages never copy the server's text, which can quote column values.
     """
@@ -79,4 +90,7 @@ def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False) -
         columns = _COLUMN_IN_MESSAGE.findall(message)
         where = f" (column {columns[-1]})" if columns else ""
         return StatementRejected(_REJECTED[number], f"MySQL error {number}{where}")
+    if in_statement and isinstance(error, pymysql.DatabaseError) and (
+            number not in _SERVER_FAULTS):
+        return StatementRejected(RejectReason.DATABASE_REFUSED, f"MySQL error {number}")
     return TargetError("DATABASE_ERROR", f"MySQL error {number} ({type(error).__name__})")

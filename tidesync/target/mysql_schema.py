@@ -44,7 +44,8 @@ def _mysql_table(database: str, table: str) -> str:
 def inspect_mysql_table(cursor: Any, database: str, table: str) -> TableState:
     """Read a table's columns, primary key, our triggers and the ledger's presence."""
     cursor.execute(
-        "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE FROM information_schema.COLUMNS"
+        "SELECT COLUMN_NAME, COLUMN_TYPE, DATA_TYPE, COALESCE(GENERATION_EXPRESSION, '') <> ''"
+        " FROM information_schema.COLUMNS"
         " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, table),
     )
@@ -52,8 +53,9 @@ def inspect_mysql_table(cursor: Any, database: str, table: str) -> TableState:
     state = TableState(database, table, exists=bool(rows))
     if not rows:
         return state
-    state.columns = {str(name): str(kind) for name, kind, _ in rows}
-    if any(str(data_type).lower() == "longtext" for _, _, data_type in rows):
+    state.columns = {str(name): str(kind) for name, kind, _, _ in rows}
+    state.generated_columns = {str(name) for name, _, _, generated in rows if generated}
+    if any(str(data_type).lower() == "longtext" for _, _, data_type, _ in rows):
         state.json_columns = mariadb_json_columns(cursor, database, table)
     cursor.execute(
         "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s"

@@ -63,12 +63,18 @@ _TRANSIENT = {_BUSY: "DATABASE_BUSY", _LOCKED: "DATABASE_LOCKED", _IOERR: "IO_ER
               _NOMEM: "OUT_OF_MEMORY"}
 
 
+_SERVER_FAULTS = frozenset({3, 4, 8, 9, 11, 17, 26})
+"""PERM, ABORT, READONLY, INTERRUPT, CORRUPT, SCHEMA, NOTADB: the file's fault, never an
+event's, even when its statement meets them."""
+
+
 def in_main_database(database: str, table: str) -> tuple[str, str]:
     """The default SQLite route: every source database maps to the file's main database."""
     return MAIN, table
 
 
-def map_sqlite_error(error: Exception, *, during_commit: bool = False) -> Exception:
+def map_sqlite_error(error: Exception, *, during_commit: bool = False,
+                     in_statement: bool = False) -> Exception:
     """The SQLite twin of `map_mysql_error` (same outcomes; messages never copy values)."""
     if isinstance(error, OverflowError):
         return StatementRejected(RejectReason.VALUE_OUT_OF_RANGE,
@@ -96,6 +102,9 @@ def map_sqlite_error(error: Exception, *, during_commit: bool = False) -> Except
     if isinstance(error, sqlite3.OperationalError) and (
             "no such column" in text or "has no column named" in text):
         return StatementRejected(RejectReason.UNKNOWN_COLUMN, "a column does not exist")
+    if in_statement and isinstance(error, sqlite3.DatabaseError) and (
+            primary not in _SERVER_FAULTS):
+        return StatementRejected(RejectReason.DATABASE_REFUSED, f"SQLite error {code}")
     return TargetError("DATABASE_ERROR", f"SQLite error {code} ({type(error).__name__})")
 
 
@@ -185,12 +194,16 @@ class SQLiteTargetApplier(CompareAndSetApplier):
 
     # -- the driver boundary ------------------------------------------------------------------
 
-    def _call(self, action: Callable[[], T], *, commit: bool = False) -> T:
-        """Run a driver call; every sqlite3 error is mapped here and nowhere else."""
+    def _call(self, action: Callable[[], T], *, commit: bool = False,
+              statement: bool = False) -> T:
+        """Run a driver call; every sqlite3 error is mapped here and nowhere else.
+
+        `statement`: the call runs an event's compare-and-set statement (see map_sqlite_error).
+        """
         try:
             return action()
         except (sqlite3.Error, OverflowError) as error:
-            mapped = map_sqlite_error(error, during_commit=commit)
+            mapped = map_sqlite_error(error, during_commit=commit, in_statement=statement)
             if isinstance(mapped, TargetError):
                 log.warning("target SQLite call failed: %s", mapped.reason_code)
             raise mapped from error
@@ -206,9 +219,10 @@ class SQLiteTargetApplier(CompareAndSetApplier):
         connection.execute("PRAGMA foreign_keys = ON")
         return connection
 
-    def _execute(self, statement: str, params: Sequence[object] = ()) -> int:
+    def _execute(self, statement: str, params: Sequence[object] = (), *,
+                 for_event: bool = False) -> int:
         db = self._db()
-        return self._call(lambda: db.execute(statement, params).rowcount)
+        return self._call(lambda: db.execute(statement, params).rowcount, statement=for_event)
 
     def _query(self, statement: str, params: Sequence[object] = ()) -> list[Any]:
         db = self._db()
@@ -244,7 +258,8 @@ class SQLiteTargetApplier(CompareAndSetApplier):
                 f"INSERT INTO {sqlite_quote(shape.table)}"  # noqa: S608
                 f" ({', '.join(sqlite_quote(n) for n in names)})"
                 f" VALUES ({', '.join(['?'] * len(names))})")
-        self._execute(statement, [*map(sqlite_param, write.values), *_metadata(write, now)])
+        self._execute(statement, [*map(sqlite_param, write.values), *_metadata(write, now)],
+                      for_event=True)
 
     def _update(self, write: PlannedWrite, now: dt.datetime) -> int:
         shape = write.shape
@@ -257,7 +272,7 @@ class SQLiteTargetApplier(CompareAndSetApplier):
                 f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = ?, {UPDATED_AT_COLUMN} = ?"
                 f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = ?")
         assert write.event.base_revision is not None
-        return self._execute(statement, [
+        return self._execute(for_event=True, statement=statement, params=[
             *map(sqlite_param, write.values), *_metadata(write, now),
             *map(sqlite_param, write.key), _revision_param(shape, write.event.base_revision),
         ])
@@ -274,12 +289,12 @@ class SQLiteTargetApplier(CompareAndSetApplier):
             f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = ?, {UPDATED_AT_COLUMN} = ?"
             f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = ?",
             [mark, event.origin_node_id, str(event.event_id), _datetime_text(self._clock()),
-             *key, _revision_param(shape, event.base_revision)])
+             *key, _revision_param(shape, event.base_revision)], for_event=True)
         if marked != 1:
             return 0
         self._execute(
             f"DELETE FROM {sqlite_quote(shape.table)} WHERE {_key_match(shape)}"  # noqa: S608
-            f" AND {EVENT_ID_COLUMN} = ?", [*key, str(event.event_id)])
+            f" AND {EVENT_ID_COLUMN} = ?", [*key, str(event.event_id)], for_event=True)
         return 1
 
     def _read_row(self, shape: TableShape,

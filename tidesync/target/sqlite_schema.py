@@ -60,6 +60,8 @@ def inspect_sqlite_table(connection: sqlite3.Connection, table: str) -> TableSta
     if not visible:
         return state
     state.columns = {str(row[1]): str(row[2] or "") for row in visible}
+    # table_xinfo marks generated columns hidden 2 (virtual) or 3 (stored).
+    state.generated_columns = {str(row[1]) for row in rows if row[6] in (2, 3)}
     state.primary_key = tuple(str(row[1]) for row in sorted(
         (row for row in visible if row[5] > 0), key=lambda row: int(row[5])))
     ours = trigger_names(table)

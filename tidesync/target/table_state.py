@@ -49,10 +49,17 @@ class TableShape:
     columns: Mapping[str, ColumnType]
     primary_key: tuple[str, ...]
     revision_as_bytes: bool = False
+    generated: frozenset[str] = frozenset()
+    """Generated columns: the database computes them, so no write ever names them."""
 
     @functools.cached_property
     def key_columns(self) -> frozenset[str]:
         return frozenset(self.primary_key)
+
+    def is_generated(self, name: str) -> bool:
+        """Whether `name` is a generated column (ignoring case, as MySQL does)."""
+        lowered = name.lower()
+        return any(column.lower() == lowered for column in self.generated)
 
     def column_named(self, name: str) -> str | None:
         """The table's spelling of a column name (MySQL column names ignore case)."""
@@ -71,6 +78,7 @@ class TableState:
     exists: bool
     columns: dict[str, str] = field(default_factory=dict)  # name → declared type
     json_columns: set[str] = field(default_factory=set)
+    generated_columns: set[str] = field(default_factory=set)
     primary_key: tuple[str, ...] = ()
     triggers: dict[str, str] = field(default_factory=dict)  # our trigger name → its SQL text
     ledger: bool = False
@@ -104,7 +112,8 @@ class TableState:
         }
         revision = self.columns.get(REVISION_COLUMN, "").lower()
         return TableShape(self.database, self.table, types, self.primary_key,
-                          revision_as_bytes="binary" in revision)
+                          revision_as_bytes="binary" in revision,
+                          generated=frozenset(self.generated_columns))
 
     def trigger_node_ids(self) -> set[str]:
         """The node ids our triggers stamp on local writes (normally exactly one)."""
