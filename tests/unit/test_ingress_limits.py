@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from tests.clocks import rounded_now
+from tidesync.config import ShoreConfig
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.ingress.inbox import content_digest
 from tidesync.ingress.limits import LimitExceeded, LimitReason, Limits, RequestLimiter
@@ -127,3 +128,36 @@ def test_content_digest_ignores_interning_and_column_order() -> None:
 ])
 def test_content_digest_sees_every_difference(changes: dict[str, object]) -> None:
     assert content_digest(event(**changes)) != content_digest(event())
+
+
+def test_byte_quotas_per_minute_and_per_day_with_retry_after() -> None:
+    ticks = Ticks()
+    limits = RequestLimiter(Limits(100, 100, 2, 3, bytes_per_minute=6_000,
+                                   bytes_per_day=10_000), ticks)
+    limits.charge_bytes("a", 5_000)
+    error = refused_charge(limits, "a", 2_000)
+    assert error.reason is LimitReason.BYTE_QUOTA_MINUTE and error.retry_after == 10
+    limits.charge_bytes("b", 5_000)  # Another node has its own quota.
+    ticks.value += 60
+    limits.charge_bytes("a", 4_000)
+    error = refused_charge(limits, "a", 2_000)
+    assert error.reason is LimitReason.BYTE_QUOTA_DAY and error.retry_after > 3600
+    # A refused request spent nothing: a smaller one still fits both quotas.
+    limits.charge_bytes("a", 1_000)
+
+
+def refused_charge(limits: RequestLimiter, node: str, size: int) -> LimitExceeded:
+    with pytest.raises(LimitExceeded) as caught:
+        limits.charge_bytes(node, size)
+    return caught.value
+
+
+def test_the_size_caps_and_byte_quotas_are_validated() -> None:
+    assert ShoreConfig().validate() == []
+    assert ShoreConfig().max_decompressed_bytes <= 8 << 20  # a few MiB, not 64
+    problems = [
+        ShoreConfig(max_decompressed_bytes=128 << 20).validate(),
+        ShoreConfig(node_bytes_per_minute=1 << 20).validate(),  # below one batch
+        ShoreConfig(node_bytes_per_day=32 << 20).validate(),  # below the minute's quota
+    ]
+    assert [len(found) for found in problems] == [1, 1, 1]

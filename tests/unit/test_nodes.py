@@ -20,6 +20,7 @@ from tidesync.apps.master_key import MasterKeyError, SecretBox, load_master_key
 from tidesync.apps.nodes import (
     Actor,
     NodeAlreadyRegistered,
+    NodeIdReserved,
     NodeNotFound,
     NodesApplication,
     NodeService,
@@ -222,3 +223,43 @@ def test_the_key_from_configuration_wins(tmp_path: Path) -> None:
     assert not (tmp_path / "absent").exists()
     with pytest.raises(MasterKeyError):
         load_master_key(base64.b64encode(b"short").decode(), '')
+
+
+class CountingNodes:
+    """The nodes application's reads, counted (the real one is used in the tests above)."""
+
+    def __init__(self, app: NodesApplication) -> None:
+        self.app, self.reads = app, 0
+
+    def node(self, node_id: str) -> object:
+        self.reads += 1
+        return self.app.node(node_id)
+
+
+def test_invented_node_ids_are_cached_apart_and_never_evict_real_nodes(
+    service: NodeService, app: NodesApplication,
+) -> None:
+    ticks = Ticks()
+    counting = CountingNodes(app)
+    directory = NodeDirectory(lambda: counting, lambda: SecretBox(KEY),  # type: ignore[arg-type,return-value]
+                              ttl=5.0, monotonic=ticks, max_entries=50, max_unknown=20)
+    service.register("ship-1", ACTOR, NOW)
+    assert directory.lookup("ship-1").status is NodeStatus.ACTIVE
+    for n in range(200):
+        assert directory.lookup(f"invented-{n}").status is None
+    assert counting.reads == 201
+    # The real node is still cached; the latest unknown ids are answered from the cache.
+    assert directory.cached("ship-1") is not None
+    assert directory.lookup("invented-199").status is None
+    assert directory.lookup("ship-1").status is NodeStatus.ACTIVE
+    assert counting.reads == 201
+
+
+def test_the_shores_own_ids_are_never_registered(app: NodesApplication) -> None:
+    service = NodeService(app, SecretBox(KEY), reserved=frozenset({"office-hq"}))
+    for node_id in ("shore", "office-hq"):
+        with pytest.raises(NodeIdReserved):
+            service.register(node_id, ACTOR, NOW)
+    assert service.register("ship-1", ACTOR, NOW).secret
+    with pytest.raises(NodeIdReserved):
+        NodeService(app, SecretBox(KEY)).register("shore", ACTOR, NOW)

@@ -222,3 +222,11 @@ def test_a_certificate_must_name_the_signing_node() -> None:
 
 def test_request_ids_may_be_uuids() -> None:
     signed(request_id=str(uuid.uuid4()))
+
+
+@pytest.mark.parametrize("timestamp", ["999999999999", "0", "1"])
+def test_a_timestamp_far_outside_any_date_is_expired_not_a_crash(timestamp: str) -> None:
+    request = dataclasses.replace(signed(), timestamp=timestamp)
+    with pytest.raises(AuthError) as raised:
+        check_timestamp(request, NOW)
+    assert raised.value.reason is AuthReason.AUTH_EXPIRED_TIMESTAMP

@@ -31,7 +31,12 @@ from tidesync.ship.transport import (
 )
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.signing import NODE_HEADER, REQUEST_ID_HEADER, SIGNATURE_HEADER
+from tidesync.wire.signing import (
+    NODE_HEADER,
+    REQUEST_ID_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+)
 
 SECRET = bytes(range(32))
 NOW = rounded_now()
@@ -203,3 +208,33 @@ def test_the_retry_schedule_is_full_jitter_with_a_retry_after_floor() -> None:
     assert schedule.failed(100.0, retry_after=4000.0) == 300.0  # capped at 5 minutes
     schedule.succeeded()
     assert schedule.attempt == 0 and schedule.due(0.0)
+
+
+def skew_refusal(shore_now: dt.datetime | None) -> bytes:
+    message = pb.ErrorResponse(reason_code="AUTH_EXPIRED_TIMESTAMP", message="refused")
+    if shore_now is not None:
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        message.server_time_micros = (shore_now - epoch) // dt.timedelta(microseconds=1)
+    return codec.compress(message)
+
+
+def test_a_clock_refusal_is_answered_by_signing_in_the_shores_time() -> None:
+    # The ship's clock runs two hours behind the shore's.
+    shore_now = NOW + dt.timedelta(hours=2)
+    answer = codec.compress(pb.UploadBatchResponse())
+    with stub((401, {}, skew_refusal(shore_now)), (200, {}, answer),
+              (200, {}, answer)) as url:
+        shore = link(url)
+        shore.upload(batch())
+        shore.upload(batch())
+    stamps = [int(headers[TIMESTAMP_HEADER]) for _, _, headers, _ in Stub.seen]
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    assert stamps == [int((t - epoch).total_seconds()) for t in (NOW, shore_now, shore_now)]
+    assert shore.clock_offset == dt.timedelta(hours=2)
+
+
+def test_a_clock_refusal_is_retried_never_a_block() -> None:
+    with stub((401, {}, skew_refusal(None))) as url, pytest.raises(ShoreRefused) as refused:
+        link(url).upload(batch())
+    assert refused.value.reason == "AUTH_EXPIRED_TIMESTAMP"
+    assert refused.value.disposition is Disposition.RETRY

@@ -37,6 +37,16 @@ class NodeAlreadyRegistered(NodeError):
     code = ErrorCode.ALREADY_EXISTS
 
 
+class NodeIdReserved(NodeError):
+    """The id names the shore itself (or another id the shore keeps for its own rows)."""
+
+    code = ErrorCode.REFUSED
+
+
+RESERVED_NODE_IDS = frozenset({"shore"})
+"""Node ids never registered for a ship: the shore's own origin on the rows it writes."""
+
+
 class NodeStoreUnavailable(Unavailable):
     """The event store holding the nodes could not be read."""
 
@@ -104,13 +114,17 @@ class NodeService:
     new secrets (only register and rotate need it)."""
 
     def __init__(self, app: NodesApplication, box: SecretBox | None,
-                 random_bytes: RandomBytes = os.urandom) -> None:
+                 random_bytes: RandomBytes = os.urandom,
+                 reserved: frozenset[str] = RESERVED_NODE_IDS) -> None:
         self.app = app
         self.box = box
         self.random_bytes = random_bytes
+        self.reserved = RESERVED_NODE_IDS | reserved
 
     def register(self, node_id: str, actor: Actor, now: dt.datetime) -> IssuedSecret:
         check_node_id(node_id)
+        if node_id in self.reserved:
+            raise NodeIdReserved(f"node id {node_id} is reserved for the shore")
         if self._exists(node_id):
             raise NodeAlreadyRegistered(f"node {node_id} is already registered")
         secret = self.random_bytes(SECRET_BYTES)

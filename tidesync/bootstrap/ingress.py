@@ -38,8 +38,10 @@ def open_node_service(config: Config, *, sealing: bool) -> Iterator[NodeService]
     master key, creating its file when missing."""
     box = secret_box(config.shore, create=True) if sealing else None
     app = NodesApplication(env=event_store_env(config.event_store))
+    # The shore's own origin ids are never a ship's: rows it writes carry them.
+    reserved = frozenset({config.target.node_id, config.ship.shore_node_id} - {""})
     try:
-        yield NodeService(app, box)
+        yield NodeService(app, box, reserved=reserved)
     finally:
         app.close()
 
@@ -63,6 +65,7 @@ def build_ingress(
     limiter = RequestLimiter(Limits(
         shore.node_requests_per_second, shore.node_request_burst,
         shore.node_max_concurrent_requests, shore.max_in_flight_requests,
+        shore.node_bytes_per_minute, shore.node_bytes_per_day,
     ), monotonic)
     return Ingress(
         ingress_settings(shore), directory, limiter,

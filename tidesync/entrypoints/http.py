@@ -1,6 +1,7 @@
 """The shore HTTP server: the Starlette application and its uvicorn runner.
 
-The sync API and the console mount onto this app; `/healthz` reports event store health.
+The sync API and the console mount onto this app; `/livez` says the process answers,
+`/readyz` and `/healthz` report event store health from a cached probe.
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ from starlette.routing import Route
 
 import tidesync
 from tidesync.bootstrap.console import build_console
-from tidesync.bootstrap.event_store import (
-    check_event_store,
-    describe_event_store,
-)
+from tidesync.bootstrap.event_store import describe_event_store
 from tidesync.bootstrap.ingress import build_ingress
 from tidesync.bootstrap.shore import attach_downlink
 from tidesync.config import Config
 from tidesync.domain.errors import TidesyncError
+from tidesync.entrypoints.health import EventStoreCheck, HealthProbe
 from tidesync.graphql.console import Console
 from tidesync.graphql.http import ConsoleEndpoint
 from tidesync.ingress.routes import Ingress
@@ -37,14 +36,19 @@ log = logging.getLogger(__name__)
 
 
 def create_app(config: Config, ingress: Ingress | None = None,
-               console: Console | None = None) -> Starlette:
-    """The shore app: `/healthz`, `/version`, the sync API `/sync/v1/*` and the GraphQL
-    console `/graphql` (each built from the config unless given)."""
+               console: Console | None = None, health: HealthProbe | None = None) -> Starlette:
+    """The shore app: `/livez`, `/readyz`, `/healthz`, `/version`, the sync API `/sync/v1/*`
+    and the GraphQL console `/graphql` (each built from the config unless given)."""
     sync_api = ingress if ingress is not None else build_ingress(config)
     if sync_api.downlink is None:
         attach_downlink(config, sync_api)
     if console is None:
         console = build_console(config)
+    store_check: EventStoreCheck | None = None
+    if health is None:
+        store_check = EventStoreCheck(config)
+        health = HealthProbe(store_check)
+    probe = health
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -55,27 +59,40 @@ def create_app(config: Config, ingress: Ingress | None = None,
         finally:
             await run_in_threadpool(console.close)
             await run_in_threadpool(sync_api.close)
+            if store_check is not None:
+                await run_in_threadpool(store_check.close)
+
+    async def livez(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ALIVE"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        current = await probe.current()
+        if not current.ready:
+            return _unavailable()
+        return JSONResponse({"status": "READY"})
 
     async def healthz(request: Request) -> JSONResponse:
-        try:
-            position = await run_in_threadpool(check_event_store, config)
-        except Exception as error:  # noqa: BLE001 - any driver failure means "unhealthy"
-            log.warning("event store unreachable: %s", type(error).__name__)
-            return JSONResponse(
-                {"status": "UNAVAILABLE", "event_store": "unreachable"},
-                status_code=503, headers={"Retry-After": "5"},
-            )
-        return JSONResponse({"status": "HEALTHY", "event_store_position": position})
+        current = await probe.current()
+        if not current.ready:
+            return _unavailable()
+        return JSONResponse({"status": "HEALTHY", "event_store_position": current.position})
 
     async def version(request: Request) -> JSONResponse:
         return JSONResponse({"tidesync": tidesync.__version__})
 
     return Starlette(routes=[
+        Route("/livez", livez, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         *sync_api.routes(),
         Route("/graphql", ConsoleEndpoint(console), methods=["GET", "POST"]),
     ], lifespan=lifespan)
+
+
+def _unavailable() -> JSONResponse:
+    return JSONResponse({"status": "UNAVAILABLE", "event_store": "unreachable"},
+                        status_code=503, headers={"Retry-After": "5"})
 
 
 def build_server(config: Config) -> uvicorn.Server:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from tidesync.domain.errors import Unavailable
+from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.migrations import MigrationError, migrate_postgres
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,12 @@ Connection = psycopg.Connection[TupleRow]
 
 class StoreUnavailable(Unavailable):
     """The database could not be reached or failed the statement; the request may be retried."""
+
+
+class UnstorableValue(TidesyncError):
+    """A value of the request the database cannot hold (a client error: answered 400)."""
+
+    code = ErrorCode.INVALID_INPUT
 
 
 def open_pool(conninfo: str, size: int, timeout: float, name: str = "tidesync-ingress"
@@ -50,6 +56,8 @@ def transaction(pool: ConnectionPool[Connection]) -> Iterator[Connection]:
         raise StoreUnavailable("no database connection available") from error
     except (psycopg.OperationalError, psycopg.InterfaceError) as error:
         raise StoreUnavailable(type(error).__name__) from error
+    except psycopg.DataError as error:
+        raise UnstorableValue(type(error).__name__) from error
 
 
 class PostgresSyncDatabase:

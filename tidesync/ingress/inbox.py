@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 _INT32 = 1 << 31
 _INT64 = 1 << 63
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+MAX_STORED_BODIES = 4
+"""Most stored batch bodies one upload loads to compare re-sent events (each up to the
+decompressed cap): what a resend costs stays bounded whatever it mixes."""
 _OPERATIONS = frozenset({pb.INSERT, pb.UPDATE, pb.DELETE, pb.SNAPSHOT})
 
 # One statement: the events, and the body only if at least one event was new.
@@ -89,6 +92,7 @@ class ReceiveReason(enum.StrEnum):
     MALFORMED_EVENT = "MALFORMED_EVENT"
     SCHEMA_MAJOR_UNSUPPORTED = "SCHEMA_MAJOR_UNSUPPORTED"
     NOT_STORED = "NOT_STORED"
+    COMPARE_DEFERRED = "COMPARE_DEFERRED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,9 @@ class _ReceivingInbox(ABC, Generic[C]):
             return {}
         ids = {uuid.UUID(bytes=batch.events[i].event_id): i for i in indexes}
         stored = self._stored(conn, node_id, list(ids))
-        bodies = _parsed_bodies(self._bodies(conn, {s.batch_ref for s in stored.values()}))
+        refs = _refs_to_compare(ids, stored)
+        bodies = _parsed_bodies(self._bodies(conn, refs))
+        stored_names = {ref: NameTable(body.strings) for ref, body in bodies.items()}
         incoming_names = NameTable(batch.strings)
         answers: dict[int, pb.EventReceiveStatus] = {}
         for event_id, index in ids.items():
@@ -158,6 +164,11 @@ class _ReceivingInbox(ABC, Generic[C]):
                 answers[index] = _status(wire, pb.RETRYABLE_FAILURE, ReceiveReason.NOT_STORED,
                                          "event vanished while receiving; retry")
                 continue
+            if record.batch_ref not in refs:
+                answers[index] = _status(wire, pb.RETRYABLE_FAILURE,
+                                         ReceiveReason.COMPARE_DEFERRED,
+                                         "too many earlier batches to compare at once; retry")
+                continue
             body = bodies.get(record.batch_ref)
             if body is None:  # The body is past its retention: nothing left to compare.
                 answers[index] = _status(wire, pb.RECEIVED, ReceiveReason.DUPLICATE_EVENT,
@@ -165,7 +176,8 @@ class _ReceivingInbox(ABC, Generic[C]):
                                          record.result)
                 continue
             same, stored_digest = _same_content(wire, incoming_names, batch.protocol_version,
-                                                body, record.batch_index)
+                                                body, stored_names[record.batch_ref],
+                                                record.batch_index)
             if same:
                 answers[index] = _status(wire, pb.RECEIVED, ReceiveReason.DUPLICATE_EVENT,
                                          "already received", record.result)
@@ -350,15 +362,27 @@ def _parsed_bodies(rows: list[tuple[uuid.UUID, bytes]]) -> dict[uuid.UUID, pb.Up
     return out
 
 
+def _refs_to_compare(ids: dict[uuid.UUID, int],
+                     stored: dict[uuid.UUID, _Stored]) -> set[uuid.UUID]:
+    """The stored bodies this request may load: the first MAX_STORED_BODIES distinct ones in
+    batch order. Events in later bodies answer RETRYABLE_FAILURE; a resend without the
+    answered events reaches them, so progress never stops."""
+    refs: dict[uuid.UUID, None] = {}
+    for event_id in ids:
+        record = stored.get(event_id)
+        if record is not None and len(refs) < MAX_STORED_BODIES:
+            refs.setdefault(record.batch_ref)
+    return set(refs)
+
+
 def _same_content(wire: pb.ChangeEvent, names: NameTable, version: str,
-                  stored_batch: pb.UploadBatch, stored_index: int
+                  stored_batch: pb.UploadBatch, stored_names: NameTable, stored_index: int
                   ) -> tuple[bool, bytes | None]:
     """Whether the incoming event equals the stored one (decoded on both sides), and the
     stored event's content digest."""
     if stored_index >= len(stored_batch.events):
         return False, None
     stored_wire = stored_batch.events[stored_index]
-    stored_names = NameTable(stored_batch.strings)
     stored_digest = _content_digest(stored_wire, stored_names, stored_batch.protocol_version)
     incoming_digest = _content_digest(wire, names, version)
     if stored_digest is not None:

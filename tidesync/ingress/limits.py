@@ -1,5 +1,6 @@
 """Request limits of the sync API: a global in-flight cap, and per node a request-rate token
-bucket and a concurrency cap. Beyond any of them the answer is 429 with Retry-After (§20.4).
+bucket, a concurrency cap and quotas of body bytes per minute and per day. Beyond any of them
+the answer is 429 with Retry-After (§20.4).
 
 Used from the event loop only, so the counters need no lock.
 """
@@ -21,6 +22,8 @@ class LimitReason(enum.StrEnum):
     SERVER_BUSY = "SERVER_BUSY"
     RATE_LIMITED = "RATE_LIMITED"
     TOO_MANY_CONCURRENT_REQUESTS = "TOO_MANY_CONCURRENT_REQUESTS"
+    BYTE_QUOTA_MINUTE = "BYTE_QUOTA_MINUTE"
+    BYTE_QUOTA_DAY = "BYTE_QUOTA_DAY"
 
 
 class LimitExceeded(TidesyncError):
@@ -37,6 +40,14 @@ class Limits:
     burst: float
     node_concurrency: int
     in_flight: int
+    bytes_per_minute: int = 64 * 1024 * 1024
+    bytes_per_day: int = 8 * 1024 * 1024 * 1024
+
+    def byte_quotas(self) -> tuple[tuple[LimitReason, float, float], ...]:
+        """Each byte quota: its reason code, refill rate (bytes/s) and size."""
+        return ((LimitReason.BYTE_QUOTA_MINUTE, self.bytes_per_minute / 60,
+                 self.bytes_per_minute),
+                (LimitReason.BYTE_QUOTA_DAY, self.bytes_per_day / 86_400, self.bytes_per_day))
 
 
 class RequestLimiter:
@@ -46,6 +57,7 @@ class RequestLimiter:
         self._in_flight = 0
         self._node_in_flight: dict[str, int] = {}
         self._buckets: dict[str, TokenBucket] = {}
+        self._byte_buckets: dict[tuple[str, LimitReason], TokenBucket] = {}
 
     @contextmanager
     def request_slot(self) -> Iterator[None]:
@@ -72,6 +84,21 @@ class RequestLimiter:
         finally:
             self._release(node_id)
 
+    def charge_bytes(self, node_id: str, size: int) -> None:
+        """Spend a request body's bytes from the node's quotas; LimitExceeded (nothing spent)
+        when either quota does not hold them now."""
+        now = self._monotonic()
+        takes = []
+        for reason, rate, quota in self.limits.byte_quotas():
+            key = (node_id, reason)
+            bucket = self._byte_buckets.get(key) or TokenBucket.full(rate, quota, now)
+            take = bucket.take(size, now)
+            if not take.granted:
+                raise LimitExceeded(reason, f"node byte quota reached ({reason.value})",
+                                    max(1, math.ceil(take.retry_after)))
+            takes.append((key, take.bucket))
+        self._byte_buckets.update(takes)
+
     def reconfigure(self, limits: Limits) -> None:
         """New limits; each node keeps the tokens it has (never a fresh burst)."""
         now = self._monotonic()
@@ -79,6 +106,11 @@ class RequestLimiter:
         self._buckets = {
             node: bucket.reconfigured(limits.requests_per_second, limits.burst, now)
             for node, bucket in self._buckets.items()
+        }
+        quotas = {reason: (rate, quota) for reason, rate, quota in limits.byte_quotas()}
+        self._byte_buckets = {
+            key: bucket.reconfigured(*quotas[key[1]], now)
+            for key, bucket in self._byte_buckets.items()
         }
 
     def _take_token(self, node_id: str) -> None:

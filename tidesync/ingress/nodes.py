@@ -64,22 +64,30 @@ class NodeDirectory:
     def __init__(
         self, open_app: Callable[[], NodesApplication], open_box: Callable[[], SecretBox],
         ttl: float = 5.0, monotonic: Callable[[], float] = time.monotonic,
-        max_entries: int = 10_000,
+        max_entries: int = 10_000, max_unknown: int = 10_000,
     ) -> None:
         self._open_app, self._open_box = open_app, open_box
         self._app: NodesApplication | None = None
         self._box: SecretBox | None = None
         self._ttl, self._monotonic, self._max_entries = ttl, monotonic, max_entries
+        self._max_unknown = max_unknown
         self._entries: dict[str, _Entry] = {}
+        # Unknown ids apart, oldest first: a flood of invented ids evicts only its own kind,
+        # never the entries of real nodes.
+        self._unknown: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def cached(self, node_id: str, max_age: float | None = None) -> NodeCredentials | None:
         """The cached credentials if loaded less than `max_age` (default: the ttl) ago."""
-        entry = self._entries.get(node_id)
         limit = self._ttl if max_age is None else min(max_age, self._ttl)
-        if entry is None or self._monotonic() - entry.loaded_at >= limit:
+        entry = self._entries.get(node_id)
+        if entry is not None:
+            fresh = self._monotonic() - entry.loaded_at < limit
+            return entry.credentials if fresh else None
+        loaded_at = self._unknown.get(node_id)
+        if loaded_at is None or self._monotonic() - loaded_at >= limit:
             return None
-        return entry.credentials
+        return NodeCredentials(node_id, None)
 
     def lookup(self, node_id: str, max_age: float | None = None) -> NodeCredentials:
         """Credentials loaded less than `max_age` (default: the ttl) ago, reading the event
@@ -87,10 +95,22 @@ class NodeDirectory:
         credentials = self.cached(node_id, max_age)
         if credentials is None:
             credentials = self._load(node_id)
-            if len(self._entries) >= self._max_entries:
-                self._entries.clear()
-            self._entries[node_id] = _Entry(credentials, self._monotonic())
+            self._remember(credentials)
         return credentials
+
+    def _remember(self, credentials: NodeCredentials) -> None:
+        node_id, now = credentials.node_id, self._monotonic()
+        if credentials.status is None:
+            self._entries.pop(node_id, None)
+            self._unknown.pop(node_id, None)
+            while len(self._unknown) >= self._max_unknown:
+                del self._unknown[next(iter(self._unknown))]
+            self._unknown[node_id] = now
+            return
+        self._unknown.pop(node_id, None)
+        if len(self._entries) >= self._max_entries:
+            self._entries.clear()
+        self._entries[node_id] = _Entry(credentials, now)
 
     def close(self) -> None:
         if self._app is not None:

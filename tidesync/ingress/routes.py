@@ -42,7 +42,7 @@ from tidesync.ingress.auth import (
     check_timestamp,
     signed_request,
 )
-from tidesync.ingress.database import StoreUnavailable
+from tidesync.ingress.database import StoreUnavailable, UnstorableValue
 from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
@@ -57,6 +57,7 @@ from tidesync.wire.codec import (
     WireError,
     WireReason,
 )
+from tidesync.wire.protocol import ShapeTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class IngressReason(enum.StrEnum):
     SYNC_STORE_NOT_CONFIGURED = "SYNC_STORE_NOT_CONFIGURED"
     TOO_MANY_ACKS = "TOO_MANY_ACKS"
     DOWNLINK_UNAVAILABLE = "DOWNLINK_UNAVAILABLE"
+    UNSTORABLE_VALUE = "UNSTORABLE_VALUE"
 
 
 class IngressError(TidesyncError):
@@ -175,11 +177,9 @@ class Ingress:
 
     def _upload(self, call: Call) -> Store:
         raw, batch = codec.open_batch(call.body, self.settings.max_compressed_bytes,
-                                      self.settings.max_decompressed_bytes)
+                                      self.settings.max_decompressed_bytes,
+                                      max_events=self.settings.max_events_per_batch)
         _check_sender(batch.node_id, call)
-        if len(batch.events) > self.settings.max_events_per_batch:
-            raise IngressError(413, IngressReason.TOO_MANY_EVENTS,
-                               f"at most {self.settings.max_events_per_batch} events per batch")
         inbox = self._tables().inbox
         return lambda conn: inbox._receive(conn, call.node_id, raw, batch, call.now)
 
@@ -254,10 +254,9 @@ class Ingress:
         async def endpoint(request: Request) -> Response:
             request_id = request.headers.get("tidesync-request-id", "")[:128]
             try:
-                with self.limiter.request_slot():
-                    return await self._authenticated(request, handler, body_limit)
+                return await self._authenticated(request, handler, body_limit)
             except Exception as error:  # noqa: BLE001 - every failure becomes an ErrorResponse
-                return _error_answer(error, request, request_id)
+                return _error_answer(error, request, request_id, self.clock())
         return endpoint
 
     async def _authenticated(self, request: Request, handler: Handler,
@@ -267,8 +266,10 @@ class Ingress:
         check_timestamp(signed, now, self.settings.window)
         await self._check_signature(request, signed, now)
         check_identity(signed, self.identity.identity(request.scope))
-        with self.limiter.node_slot(signed.node_id):
+        # The server's slots go to authenticated nodes only: unsigned floods cannot take them.
+        with self.limiter.request_slot(), self.limiter.node_slot(signed.node_id):
             body = await read_body(request, body_limit)
+            self.limiter.charge_bytes(signed.node_id, len(body))
             check_body(signed, body)
             call = Call(signed.node_id, signed, request, body, now)
             message = await run_in_threadpool(self._handle, handler, call)
@@ -343,10 +344,12 @@ def protobuf_response(message: Message, status: int = 200,
                     headers={"Content-Encoding": "zstd", **(headers or {})})
 
 
-def _error_answer(error: Exception, request: Request, request_id: str) -> Response:
+def _error_answer(error: Exception, request: Request, request_id: str,
+                  now: dt.datetime) -> Response:
     status, reason, retry_after = _classify(error)
+    # The server's time lets a client whose clock drifted sign its next request correctly.
     body = pb.ErrorResponse(reason_code=reason, message=_message(error, status),
-                            request_id=request_id)
+                            request_id=request_id, server_time_micros=_micros(now))
     if status == 426 or reason in (WireReason.UNSUPPORTED_PROTOCOL,
                                    WireReason.MALFORMED_PROTOCOL_VERSION):
         body.supported_protocol_versions.extend(codec.SUPPORTED_PROTOCOL_VERSIONS)
@@ -375,6 +378,8 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
         return _wire_status(error), error.reason.value, None
     if isinstance(error, StoreUnavailable | NodeStoreUnavailable | DownlinkUnavailable):
         return 503, IngressReason.STORE_UNAVAILABLE.value, STORE_RETRY_AFTER
+    if isinstance(error, UnstorableValue):
+        return 400, IngressReason.UNSTORABLE_VALUE.value, None
     if isinstance(error, ClientDisconnect):
         return 400, "CLIENT_DISCONNECTED", None
     if isinstance(error, MasterKeyError):
@@ -385,7 +390,9 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
 
 
 def _wire_status(error: WireError) -> int:
-    if error.reason in (WireReason.PAYLOAD_TOO_LARGE, WireReason.DECOMPRESSED_TOO_LARGE):
+    if isinstance(error, ShapeTooLarge) or error.reason in (
+        WireReason.PAYLOAD_TOO_LARGE, WireReason.DECOMPRESSED_TOO_LARGE
+    ):
         return 413
     if isinstance(error, UnsupportedProtocol) and (
         error.reason is WireReason.UNSUPPORTED_PROTOCOL

@@ -6,6 +6,7 @@ read meanwhile. Memory stays bounded by the send window, whatever the queue's ba
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import logging
 import random
@@ -58,6 +59,7 @@ from tidesync.ship.transport import (
     Disposition,
     LinkDown,
     LinkError,
+    LinkReason,
     RetrySchedule,
     ShoreLink,
 )
@@ -69,6 +71,8 @@ log = logging.getLogger(__name__)
 
 _MAX_RECEIPT_PAGES = 20
 _QUEUE_RETRY_SECONDS = 1.0
+_CLOCK_SKEW_NOTICE = dt.timedelta(minutes=1)
+"""A clock further than this from the shore's is reported in the transport's health."""
 
 
 class ExitCode(enum.IntEnum):
@@ -93,6 +97,7 @@ class ShipClient:
         self.upload_retry = RetrySchedule(self.backoff, self.rng)
         self.receipts_retry = RetrySchedule(self.backoff, self.rng)
         self.heartbeat_retry = RetrySchedule(self.backoff, self.rng)
+        self.identity_probe = RetrySchedule(self.backoff, self.rng)
         self.topics = PeriodicTimer(settings.topic_refresh_interval)
         self.receipts = PeriodicTimer(settings.receipts_interval)
         self.heartbeats = PeriodicTimer(settings.heartbeat_interval)
@@ -165,6 +170,8 @@ class ShipClient:
         if self.downlink is not None and self.node_blocked is None:
             self.downlink.step()
         self._commit()
+        if self.node_blocked is not None:
+            self._probe_identity()
         self._heartbeat()
 
     def idle(self) -> bool:
@@ -296,7 +303,7 @@ class ShipClient:
         self.batch_events = self.settings.limits.max_events
         self.uploaded_batches += 1
         self._answered(batch, response)
-        self._set_health(Subsystem.TRANSPORT, HealthState.HEALTHY)
+        self._transport_healthy()
 
     def _spend(self, wire_bytes: int, now: float) -> bool:
         """Take the batch's compressed size from the uplink token bucket, or wait for it."""
@@ -381,10 +388,45 @@ class ShipClient:
 
     def _block_node(self, error: LinkError) -> None:
         self.node_blocked = (error.reason, str(error)[:300])
+        delay = self.identity_probe.failed(self.monotonic(), error.retry_after)
+        self._blocked_health(error, delay)
+        log.error("the shore refused this node (%s, HTTP %s): uploads stop; asking again in"
+                  " %.0f s", error.reason, error.status, delay)
+
+    def _probe_identity(self) -> None:
+        """A refused node asks again, with backoff, by a heartbeat: the shore may have
+        registered, re-keyed or re-enabled it meanwhile. Accepted, everything resumes."""
+        if not self.identity_probe.due(self.monotonic()):
+            return
+        try:
+            self.link.heartbeat(self.heartbeat_message())
+        except LinkError as error:
+            delay = self.identity_probe.failed(self.monotonic(), error.retry_after)
+            if error.disposition is Disposition.BLOCK_NODE:
+                self.node_blocked = (error.reason, str(error)[:300])
+                self._blocked_health(error, delay)
+            return
+        self.identity_probe.succeeded()
+        self.node_blocked = None
+        self._transport_healthy()
+        log.warning("the shore accepts this node again: uploads resume")
+
+    def _blocked_health(self, error: LinkError, delay: float) -> None:
         self._set_health(Subsystem.TRANSPORT, HealthState.BLOCKED, error.reason,
-                         str(error)[:300])
-        log.error("the shore refused this node (%s, HTTP %s): uploads stop until restarted",
-                  error.reason, error.status)
+                         f"refused by the shore (HTTP {error.status}): {str(error)[:200]};"
+                         f" asking again in {delay:.0f} s")
+
+    def _transport_healthy(self) -> None:
+        """The link works; a clock far from the shore's is still worth an operator's look."""
+        offset = getattr(self.link, "clock_offset", None)
+        if isinstance(offset, dt.timedelta) and abs(offset) > _CLOCK_SKEW_NOTICE:
+            seconds = offset.total_seconds()
+            side = "behind" if seconds > 0 else "ahead of"
+            self._set_health(Subsystem.TRANSPORT, HealthState.DEGRADED, LinkReason.CLOCK_SKEW,
+                             f"the local clock is {abs(seconds):.0f} s {side} the shore's;"
+                             " requests are signed in the shore's time")
+            return
+        self._set_health(Subsystem.TRANSPORT, HealthState.HEALTHY)
 
     # ------------------------------------------------------------------ receipts
 

@@ -1,7 +1,9 @@
 """The ship's link to the shore: signed /sync/v1 requests over HTTP(S), and how failures retry.
 
 408, 429, 5xx and network errors retry with full jitter (1 s … 5 min, Retry-After as a floor);
-401/403 (identity) and 426 (protocol) block the node with the shore's reason instead.
+401/403 (identity) and 426 (protocol) block the node with the shore's reason instead, except a
+timestamp outside the shore's window: the link then signs in the shore's time (the refusal
+tells it) and sends again.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import http.client
+import logging
 import random
 import socket
 import ssl
@@ -28,6 +31,8 @@ from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.signing import sign_request
 
+log = logging.getLogger(__name__)
+
 BATCHES_PATH = "/sync/v1/batches"
 RECEIPTS_PATH = "/sync/v1/receipts"
 HEARTBEAT_PATH = "/sync/v1/heartbeat"
@@ -36,6 +41,10 @@ COMMAND_ACKS_PATH = "/sync/v1/command-acks"
 PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
+CLOCK_SKEW_REASON = "AUTH_EXPIRED_TIMESTAMP"
+_RETRYABLE_REASONS = frozenset({CLOCK_SKEW_REASON, "AUTH_REPLAYED"})
+"""401s that a new request fixes (a corrected clock, a fresh request id): never a block."""
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 
@@ -51,6 +60,7 @@ class LinkReason(enum.StrEnum):
     NETWORK_ERROR = "NETWORK_ERROR"
     TIMEOUT = "TIMEOUT"
     BAD_RESPONSE = "BAD_RESPONSE"
+    CLOCK_SKEW = "CLOCK_SKEW"
 
 
 class LinkError(TidesyncError):
@@ -80,13 +90,15 @@ class ShoreRefused(LinkError):
     code = ErrorCode.SHORE_REFUSED
 
     def __init__(self, reason: str, message: str, *, status: int,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None,
+                 server_time: dt.datetime | None = None) -> None:
         super().__init__(reason, message, status=status, retry_after=retry_after)
-        self.disposition = disposition_of(status)
+        self.disposition = disposition_of(status, reason)
+        self.server_time = server_time
 
 
-def disposition_of(status: int) -> Disposition:
-    if status in (408, 429) or status >= 500:
+def disposition_of(status: int, reason: str = "") -> Disposition:
+    if status in (408, 429) or status >= 500 or reason in _RETRYABLE_REASONS:
         return Disposition.RETRY
     if status == 413:
         return Disposition.SPLIT
@@ -134,6 +146,9 @@ class HttpShoreLink:
         self.node_id, self.secret, self.clock = node_id, secret, clock
         self.timeout, self.ssl_context, self.monotonic = timeout, ssl_context, monotonic
         self.counters = LinkCounters()
+        self.clock_offset = dt.timedelta(0)
+        """Added to the local clock when signing: the shore's time minus ours, learnt from a
+        timestamp refusal (kept while the process runs; relearnt after a restart)."""
         self._connection: http.client.HTTPConnection | None = None
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
@@ -175,6 +190,15 @@ class HttpShoreLink:
         idempotent on the shore (batches by event id, acks by command), so a request that did
         arrive before the close is answered the same way again."""
         target = self.prefix + target
+        try:
+            return self._send_reopening(method, target, body)
+        except ShoreRefused as refused:
+            if refused.reason != CLOCK_SKEW_REASON or refused.server_time is None:
+                raise
+            self._learn_offset(refused.server_time)
+        return self._send_reopening(method, target, body)
+
+    def _send_reopening(self, method: str, target: str, body: bytes) -> bytes:
         reused = self._connection is not None
         try:
             return self._send(method, target, body)
@@ -183,11 +207,21 @@ class HttpShoreLink:
                 raise
         return self._send(method, target, body)
 
+    def _learn_offset(self, server_time: dt.datetime) -> None:
+        # The answer left the shore at most a round trip ago: well inside its window.
+        self.clock_offset = server_time - self.clock()
+        log.warning("the shore refused this node's clock: signing %+.0f s off the local clock",
+                    self.clock_offset.total_seconds())
+
+    def now(self) -> dt.datetime:
+        """The time requests are signed with: the local clock corrected to the shore's."""
+        return self.clock() + self.clock_offset
+
     def _send(self, method: str, target: str, body: bytes) -> bytes:
         headers = {"Content-Type": PROTOBUF, "Content-Encoding": "zstd",
                    "Accept-Encoding": "zstd",
                    codec.PROTOCOL_VERSION_HEADER: codec.PROTOCOL_VERSION,
-                   **sign_request(self.node_id, self.secret, method, target, body, self.clock(),
+                   **sign_request(self.node_id, self.secret, method, target, body, self.now(),
                                   str(uuid.uuid4()))}
         started = self.monotonic()
         self.counters.physical_bytes += len(body)
@@ -255,11 +289,24 @@ def _refused(status: int, answer: bytes, retry_after: float | None) -> ShoreRefu
         error = codec.parse_message(_decompressed(answer), pb.ErrorResponse)
     except LinkError:
         error = None
+    server_time = None
     if error is not None and error.reason_code:
         reason, message = error.reason_code, error.message[:300] or message
         if error.HasField("retry_after_seconds") and retry_after is None:
             retry_after = float(error.retry_after_seconds)
-    return ShoreRefused(reason, message, status=status, retry_after=retry_after)
+        server_time = _moment(error.server_time_micros)
+    return ShoreRefused(reason, message, status=status, retry_after=retry_after,
+                        server_time=server_time)
+
+
+def _moment(micros: int) -> dt.datetime | None:
+    """A time the shore sent, or None when it sent none (or one no datetime can hold)."""
+    if not micros:
+        return None
+    try:
+        return _EPOCH + dt.timedelta(microseconds=micros)
+    except OverflowError:
+        return None
 
 
 def _retry_after(value: str | None, now: dt.datetime) -> float | None:

@@ -18,9 +18,24 @@ from tidesync.wire.events import event_from_wire, event_to_wire, uuid_from_wire
 from tidesync.wire.protocol import (
     PROTOCOL_VERSION,
     ChecksumMismatch,
+    MalformedPayload,
+    NulInString,
+    ShapeTooLarge,
     WireError,
+    WireReason,
     check_protocol_version,
 )
+
+MAX_NAMES = 32_768
+"""Most entries of a batch's `strings` table (distinct topics, tables, columns, nodes)."""
+MAX_NAME_BYTES = 1024
+"""Longest name, node id or protocol version text in a batch header."""
+MAX_COLUMNS = 1 << 18
+"""Most columns (key, images, source details) of all events of a batch together: what decoding
+a batch in Python may cost is bounded by this, not only by its bytes."""
+DEFAULT_MAX_EVENTS = 10_000
+_HEADER_TEXT_FIELDS = frozenset({1, 2, 6})  # protocol_version, node_id, strings
+_EVENTS_FIELD, _STRINGS_FIELD = 5, 6
 
 
 def build_batch(
@@ -98,20 +113,94 @@ class DecodedBatch:
 
 
 def open_batch(
-    body: bytes, max_compressed: int, max_decompressed: int,
+    body: bytes, max_compressed: int, max_decompressed: int, *,
+    max_events: int = DEFAULT_MAX_EVENTS,
 ) -> tuple[bytes, pb.UploadBatch]:
-    """Decompress (hard caps), parse, check the version and verify the trailer checksum, but
-    decode no event: the receiver's fast path. Returns the verified bytes and the message."""
+    """Decompress (hard caps), check the shape caps on the raw bytes, parse, check the version
+    and verify the trailer checksum, but decode no event: the receiver's fast path.
+
+    Returns the bytes to store (the verified ones, re-serialized without fields this version
+    does not know if there were any) and the message."""
     raw = decompress_bytes(body, max_compressed, max_decompressed)
+    check_batch_shape(raw, max_events)
     batch = parse_message(raw, pb.UploadBatch)
     check_protocol_version(batch.protocol_version)
     _verify_trailer(raw, batch)
-    return raw, batch
+    for text in (batch.node_id, batch.protocol_version, *batch.strings):
+        if "\x00" in text:
+            raise NulInString("a name in the batch holds a NUL character")
+    _check_column_count(batch)
+    return _without_unknown_fields(raw, batch), batch
 
 
-def decode_batch(body: bytes, max_compressed: int, max_decompressed: int) -> DecodedBatch:
+def _check_column_count(batch: pb.UploadBatch) -> None:
+    columns = sum(len(e.before) + len(e.after) + len(e.source_details)
+                  + len(e.record.primary_key) for e in batch.events)
+    if columns > MAX_COLUMNS:
+        raise ShapeTooLarge(f"more than {MAX_COLUMNS} columns in one batch",
+                            WireReason.TOO_MANY_COLUMNS)
+
+
+def check_batch_shape(raw: bytes, max_events: int) -> None:
+    """Count events and names, and measure header texts, on the serialized UploadBatch: a
+    batch past a cap is refused before the parser allocates a message per entry."""
+    counts = {_EVENTS_FIELD: 0, _STRINGS_FIELD: 0}
+    caps = {_EVENTS_FIELD: (max_events, WireReason.TOO_MANY_EVENTS),
+            _STRINGS_FIELD: (MAX_NAMES, WireReason.TOO_MANY_NAMES)}
+    position = 0
+    while position < len(raw):
+        key, position = _varint(raw, position)
+        field_number, wire_type = key >> 3, key & 7
+        if wire_type != 2:
+            position = _skip_scalar(raw, position, wire_type)
+            continue
+        length, position = _varint(raw, position)
+        position += length
+        if field_number in _HEADER_TEXT_FIELDS and length > MAX_NAME_BYTES:
+            raise ShapeTooLarge(f"a name is longer than {MAX_NAME_BYTES} bytes",
+                                WireReason.FIELD_TOO_LONG)
+        if field_number in counts:
+            counts[field_number] += 1
+            cap, reason = caps[field_number]
+            if counts[field_number] > cap:
+                raise ShapeTooLarge(f"more than {cap} entries of field {field_number}", reason)
+    if position != len(raw):
+        raise MalformedPayload("not a valid UploadBatch")
+
+
+def _varint(raw: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while position < len(raw) and shift < 64:
+        byte = raw[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, position
+        shift += 7
+    raise MalformedPayload("not a valid UploadBatch")
+
+
+def _skip_scalar(raw: bytes, position: int, wire_type: int) -> int:
+    if wire_type == 0:
+        return _varint(raw, position)[1]
+    if wire_type in (1, 5):
+        return position + (8 if wire_type == 1 else 4)
+    raise MalformedPayload("not a valid UploadBatch")
+
+
+def _without_unknown_fields(raw: bytes, batch: pb.UploadBatch) -> bytes:
+    """The bytes to store: fields a newer client added are dropped (nothing here reads them),
+    so the stored body holds only what this version understood and checked."""
+    batch.DiscardUnknownFields()
+    if batch.ByteSize() == len(raw):
+        return raw
+    return serialize_batch(batch)
+
+
+def decode_batch(body: bytes, max_compressed: int, max_decompressed: int,
+                 max_events: int = DEFAULT_MAX_EVENTS) -> DecodedBatch:
     """Decompress (hard caps), verify the trailer checksum and version, decode each event."""
-    _, batch = open_batch(body, max_compressed, max_decompressed)
+    _, batch = open_batch(body, max_compressed, max_decompressed, max_events=max_events)
     names = NameTable(batch.strings)
     return DecodedBatch(
         protocol_version=batch.protocol_version,

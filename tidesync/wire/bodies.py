@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import TypeVar
 
 import zstandard
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from tidesync.wire.protocol import (
     DecompressedTooLarge,
     MalformedPayload,
+    NulInString,
     PayloadTooLarge,
     check_protocol_version,
 )
@@ -35,8 +37,10 @@ def compress_bytes(raw: bytes, level: int = DEFAULT_LEVEL) -> bytes:
 def decompress_message(
     body: bytes, cls: type[M], *, max_compressed: int, max_decompressed: int,
 ) -> M:
-    """Decompress and parse a body; refuses an unknown protocol major if the message has one."""
+    """Decompress and parse a body; refuses an unknown protocol major if the message has one,
+    and text holding NUL. For small messages (heartbeats, acks): every field is visited."""
     message = parse_message(decompress_bytes(body, max_compressed, max_decompressed), cls)
+    refuse_nul(message)
     version = getattr(message, "protocol_version", None)
     if isinstance(version, str):
         check_protocol_version(version)
@@ -50,6 +54,18 @@ def parse_message(raw: bytes, cls: type[M]) -> M:
     except DecodeError as error:
         raise MalformedPayload(f"not a valid {cls.DESCRIPTOR.name}") from error
     return message
+
+
+def refuse_nul(message: Message) -> None:
+    """NulInString if any text field of `message` or of the messages inside it holds NUL."""
+    for descriptor, value in message.ListFields():
+        if descriptor.type == FieldDescriptor.TYPE_STRING:
+            texts = value if descriptor.is_repeated else (value,)
+            if any("\x00" in text for text in texts):
+                raise NulInString(f"{descriptor.name} holds a NUL character")
+        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
+            for inner in value if descriptor.is_repeated else (value,):
+                refuse_nul(inner)
 
 
 def decompress_bytes(body: bytes, max_compressed: int, max_decompressed: int) -> bytes:

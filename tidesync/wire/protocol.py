@@ -33,6 +33,11 @@ class WireReason(enum.StrEnum):
     UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
     MALFORMED_PROTOCOL_VERSION = "MALFORMED_PROTOCOL_VERSION"
     CHECKSUM_MISMATCH = "CHECKSUM_MISMATCH"
+    TOO_MANY_NAMES = "TOO_MANY_NAMES"
+    FIELD_TOO_LONG = "FIELD_TOO_LONG"
+    TOO_MANY_EVENTS = "TOO_MANY_EVENTS"
+    TOO_MANY_COLUMNS = "TOO_MANY_COLUMNS"
+    NUL_IN_STRING = "NUL_IN_STRING"
 
 
 class WireError(TidesyncError):
@@ -71,6 +76,19 @@ class UnsupportedProtocol(WireError):
 
 class ChecksumMismatch(WireError):
     reason = WireReason.CHECKSUM_MISMATCH
+
+
+class ShapeTooLarge(WireError):
+    """A message with more names, events or longer names than its caps allow (checked on the
+    raw bytes before the message is parsed); `reason` says which cap."""
+
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class NulInString(WireError):
+    """A text field holding a NUL character (no database text column can store it)."""
+
+    reason = WireReason.NUL_IN_STRING
 
 
 def error_response(error: WireError, request_id: str = "") -> pb.ErrorResponse:
