@@ -25,7 +25,7 @@ from tidesync.domain.change_event import table_rule
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.table_names import bad_table_names, table_set
 from tidesync.graphql.settings import ConsoleSettings
-from tidesync.shore.settings import ConflictsConfig
+from tidesync.shore.settings import ApplyConfig, ConflictsConfig
 
 ENV_PREFIX = "TIDESYNC_"
 CONFIG_ENV = "TIDESYNC_CONFIG"
@@ -74,14 +74,19 @@ class EventStoreConfig:
         return problems
 
 
+_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ShoreConfig:
     """The shore server: where it listens and its request limits."""
 
     listen_host: str = "127.0.0.1"
     listen_port: int = 8470
-    max_compressed_bytes: int = 8 * 1024 * 1024
-    max_decompressed_bytes: int = 64 * 1024 * 1024
+    # Caps of one upload: sized to the ship's batches (4 MiB uncompressed by default), so
+    # one request can never make the shore hold more than a few MiB.
+    max_compressed_bytes: int = 4 * 1024 * 1024
+    max_decompressed_bytes: int = 8 * 1024 * 1024
     max_events_per_batch: int = 500
     apply_lease_seconds: int = 60
     apply_max_events_per_job: int = 2000
@@ -96,6 +101,9 @@ class ShoreConfig:
     node_request_burst: int = 20
     node_max_concurrent_requests: int = 2
     max_in_flight_requests: int = 64
+    # Per-node quotas of request body bytes (429 + Retry-After, BYTE_QUOTA_MINUTE / _DAY).
+    node_bytes_per_minute: int = 64 * 1024 * 1024
+    node_bytes_per_day: int = 8 * 1024 * 1024 * 1024
     request_window_seconds: int = 300
     heartbeat_interval_seconds: int = 60
     # Sync API tables: connection pool size and how long a request waits for PostgreSQL.
@@ -113,7 +121,8 @@ class ShoreConfig:
         for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch",
                      "node_requests_per_second", "node_request_burst",
                      "node_max_concurrent_requests", "max_in_flight_requests",
-                     "request_window_seconds", "heartbeat_interval_seconds",
+                     "node_bytes_per_minute", "node_bytes_per_day", "request_window_seconds",
+                     "heartbeat_interval_seconds",
                      "database_pool_size", "database_timeout_seconds",
                      "apply_lease_seconds", "apply_max_events_per_job", "apply_chunk_size"):
             if getattr(self, name) < 1:
@@ -124,6 +133,13 @@ class ShoreConfig:
             problems.append("shore.master_key: must be the base64 text of 32 bytes")
         if self.max_decompressed_bytes < self.max_compressed_bytes:
             problems.append("shore.max_decompressed_bytes: must be >= max_compressed_bytes")
+        if self.max_decompressed_bytes > _MAX_DECOMPRESSED_BYTES:
+            problems.append("shore.max_decompressed_bytes: must be <= 64 MiB")
+        if self.node_bytes_per_day < self.node_bytes_per_minute or (
+            self.node_bytes_per_minute < self.max_compressed_bytes
+        ):
+            problems.append("shore.node_bytes_per_minute: must be >= max_compressed_bytes and"
+                            " <= node_bytes_per_day")
         return problems
 
 
@@ -234,6 +250,14 @@ class TargetConfig:
     # The embedded default's business database: when set, the target is this SQLite file
     # (every source database maps to its main database) and the MySQL settings are unused.
     sqlite_path: str = ""
+    # Every MySQL connection: how long to wait to connect, for an answer and to send, and
+    # how long a statement waits for a row or metadata lock. A read timeout longer than the
+    # lock wait keeps a statement waiting for a lock from being taken for a dead link; a
+    # COMMIT without an answer within it is "outcome unknown", resolved from the ledger.
+    connect_timeout_seconds: int = 10
+    read_timeout_seconds: int = 60
+    write_timeout_seconds: int = 60
+    lock_wait_timeout_seconds: int = 20
 
     def validate(self) -> list[str]:
         problems = []
@@ -241,6 +265,13 @@ class TargetConfig:
             problems.append("target.port: must be 1..65535")
         if not self.node_id:
             problems.append("target.node_id: must not be empty")
+        for name in ("connect_timeout_seconds", "read_timeout_seconds", "write_timeout_seconds",
+                     "lock_wait_timeout_seconds"):
+            if getattr(self, name) < 1:
+                problems.append(f"target.{name}: must be >= 1")
+        if self.read_timeout_seconds <= self.lock_wait_timeout_seconds:
+            problems.append("target.read_timeout_seconds: must be longer than"
+                            " lock_wait_timeout_seconds")
         return problems
 
 
@@ -354,13 +385,14 @@ class Config:
     downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
     ship_target: ShipTargetConfig = field(default_factory=ShipTargetConfig)
     projections: ProjectionsConfig = field(default_factory=ProjectionsConfig)
+    apply: ApplyConfig = field(default_factory=ApplyConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
                 + self.capture.validate() + self.conflicts.validate()
                 + self.downlink.validate() + self.ship_target.validate()
-                + self.projections.validate())
+                + self.projections.validate() + self.apply.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""
@@ -538,7 +570,9 @@ def _coerce_table(value: object) -> dict[str, str]:
         raise ValueError(f"expected a table, got {value!r}")
     out: dict[str, str] = {}
     for name, setting in pairs:
-        if isinstance(setting, bool):
+        if isinstance(setting, list) and all(isinstance(item, str) for item in setting):
+            out[name] = ",".join(setting)  # an array of names, e.g. [apply.node_tables]
+        elif isinstance(setting, bool):
             out[name] = "true" if setting else "false"
         elif isinstance(setting, str | int | float):
             out[name] = str(setting)

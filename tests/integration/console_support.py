@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from tests.integration.shore_support import ITEMS_DDL, ShipLog, receive
 from tidesync.apps.master_key import SecretBox
 from tidesync.apps.users import UsersApplication, UserService
-from tidesync.bootstrap.console import console_stores
+from tidesync.bootstrap.console import console_digest_key, console_stores
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShoreConfig
 from tidesync.domain.user import Role
 from tidesync.entrypoints.http import create_app
@@ -192,7 +192,7 @@ def console_world(target: MariaDBInstance,
 
         console = Console(settings, console_stores(
             database.eventsourcing_env(), database.dsn, open_target,
-            lambda: SecretBox(MASTER_KEY)))
+            lambda: SecretBox(MASTER_KEY), lambda: console_digest_key(MASTER_KEY)))
         config = replace(config_for(database), console=settings)
         app = create_app(config, console=console)
         with TestClient(app, raise_server_exceptions=True) as client:

@@ -77,13 +77,21 @@ class Reader(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            while not self.stop.is_set():
-                try:
-                    self.seen.append(signature(conn, self.table))
-                except psycopg.Error as error:
-                    self.errors.append(error)
-                time.sleep(0.001)
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    try:
+                        self.seen.append(signature(conn, self.table))
+                    except psycopg.Error as error:
+                        self.errors.append(error)
+                    time.sleep(0.001)
+        except psycopg.Error as error:  # could not connect: the test fails, never hangs
+            self.errors.append(error)
+
+    def wait_until_reading(self) -> None:
+        while not self.seen:
+            assert self.is_alive(), f"the reader stopped before reading: {self.errors}"
+            time.sleep(0.001)
 
 
 @pytest.fixture
@@ -126,8 +134,7 @@ def test_rebuild_restores_a_damaged_view_and_readers_never_see_it_half_built(bui
 
     reader = Reader(pg_database.dsn, table)
     reader.start()
-    while not reader.seen:
-        time.sleep(0.001)
+    reader.wait_until_reading()
     progress: list[RebuildProgress] = []
     result = rebuild_view(view, apps=read.apps, pool=pool, actor="tester",
                           reason=f"damaged {view} in a test", catalogue=read.catalogue,

@@ -62,7 +62,8 @@ def test_rebuild_reports_progress_and_is_audited_then_status_shows_it_current(co
                          "index fix", "--actor", "tester", "--batch-size", "5")
     assert code == 0, err
     assert re.match(r"rebuilt record_head: [\d,]+ notifications in [\d.]+s; rows"
-                    r" record_head=[\d,]+; action [0-9a-f-]{36}\n", out)
+                    r" record_head=[\d,]+, record_head_decision=[\d,]+;"
+                    r" action [0-9a-f-]{36}\n", out)
     lines = err.splitlines()  # not a terminal: plain lines, no bar
     assert lines[0].startswith("rebuild record_head: copying") and "\r" not in err
     assert lines[-1].startswith("rebuild record_head: done 100.0%")
@@ -84,8 +85,9 @@ def test_rebuild_reports_progress_and_is_audited_then_status_shows_it_current(co
     code, out, _ = run(capsys, "projections", "status", "record_head", "--json")
     assert code == 0
     (status,) = json.loads(out)
-    (feed,) = status["feeds"]
+    feed, decisions = status["feeds"]  # applied results, and decisions applied on the shore
     assert status["view"] == "record_head" and feed["feed"] == "record_head"
+    assert decisions["feed"] == "record_head.conflict_cases"
     assert feed["behind"] == 0 and feed["position"] == feed["head"] > 0
     assert feed["rate_per_second"] > 0 and status["rebuilding"] == []
     code, out, _ = run(capsys, "projections", "status")

@@ -16,8 +16,10 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
 
 from tidesync.apps.recorder import created_ids
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.user import (
+    LastAdmin,
     Role,
     User,
     UserError,
@@ -103,29 +105,46 @@ class UserSummary:
 class UserService:
     """Add, revoke and list console users; each command is one saved event."""
 
-    def __init__(self, app: UsersApplication, random_bytes: RandomBytes = os.urandom) -> None:
+    def __init__(self, app: UsersApplication, random_bytes: RandomBytes = os.urandom,
+                 clock: Clock = utc_now) -> None:
         self.app = app
         self.random_bytes = random_bytes
+        self.clock = clock
 
     def add(self, name: str, role: Role, actor: str, reason: str,
             trace_id: str = "") -> IssuedToken:
         check_user_name(name)
-        user_id = user_uuid(name)
-        token = TOKEN_PREFIX + base64.urlsafe_b64encode(
-            user_id.bytes + self.random_bytes(SECRET_BYTES)).rstrip(b"=").decode("ascii")
+        token = self._new_token(user_uuid(name))
         user = User(name=name, role=role, token_digest=token_digest(token), actor=actor,
-                    reason=reason, trace_id=trace_id)
+                    reason=reason, trace_id=trace_id, issued_at=self.clock().isoformat())
         try:
             recordings = self.app.save(user)
         except IntegrityError:
             raise UserAlreadyExists(f"user {name} already exists") from None
         return IssuedToken(name, role, token, recordings[-1].notification.id)
 
+    def reissue(self, name: str, actor: str, reason: str, trace_id: str = "") -> IssuedToken:
+        """A new token for the user (shown once); the old one is refused from now on."""
+        user = self.app.user(name)
+        token = self._new_token(user.id)
+        user.reissue(token_digest(token), self.clock(), actor, reason, trace_id)
+        return IssuedToken(user.name, user.role, token, self.app.save(user)[-1].notification.id)
+
+    def _new_token(self, user_id: uuid.UUID) -> str:
+        return TOKEN_PREFIX + base64.urlsafe_b64encode(
+            user_id.bytes + self.random_bytes(SECRET_BYTES)).rstrip(b"=").decode("ascii")
+
     def revoke(self, name: str, actor: str, reason: str, trace_id: str = "") -> int:
         """Refuse the user's token from now on; returns the position of the event."""
         user = self.app.user(name)
+        if user.role is Role.ADMIN and not user.is_revoked and not self._other_admins(user):
+            raise LastAdmin(f"user {name} is the last active admin; add another admin first")
         user.revoke(actor, reason, trace_id)
         return self.app.save(user)[-1].notification.id
+
+    def _other_admins(self, user: User) -> bool:
+        return any(other.role is Role.ADMIN and not other.is_revoked and other.id != user.id
+                   for other in map(self.app.user_by_id, self.app.user_ids()))
 
     def list(self) -> list[UserSummary]:
         return [_summary(self.app.user_by_id(user_id)) for user_id in self.app.user_ids()]

@@ -3,13 +3,15 @@ target (for current revisions) and the master key (for node secrets)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable
 from typing import Any
 
 from eventsourcing.application import Application
 
 from tidesync.apps.downlink import DownlinkApplication
-from tidesync.apps.master_key import SecretBox
+from tidesync.apps.master_key import SecretBox, load_master_key
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
 from tidesync.bootstrap.ingress import secret_box
 from tidesync.bootstrap.shore import view_settings
@@ -31,14 +33,26 @@ def build_console(config: Config) -> Console:
         # The same applier `shore work` and `tidesync conflicts decide` use (MySQL or SQLite).
         return build_target_applier(config.target)
 
+    def digest_key() -> bytes:
+        return console_digest_key(load_master_key(
+            config.shore.master_key, config.shore.master_key_file, create=True))
+
     stores = console_stores(
         event_store_env(config.event_store), postgres_conninfo(config.event_store), open_target,
-        lambda: secret_box(config.shore, create=True), config.event_store.postgres_pool_size)
+        lambda: secret_box(config.shore, create=True), digest_key,
+        config.event_store.postgres_pool_size)
     return Console(config.console, stores, catalogue=default_catalogue(view_settings(config)))
 
 
+def console_digest_key(master_key: bytes) -> bytes:
+    """The key of the digests the console shows in place of values: derived from the shore
+    master key (so it rotates with it), never the master key itself."""
+    return hmac.new(master_key, b"tidesync console digest key v1", hashlib.sha256).digest()
+
+
 def console_stores(env: dict[str, str], conninfo: str, open_target: Callable[[], TargetApplier],
-                   open_box: Callable[[], SecretBox], pool_size: int = 4) -> ConsoleStores:
+                   open_box: Callable[[], SecretBox], digest_key: Callable[[], bytes],
+                   pool_size: int = 4) -> ConsoleStores:
     """The console's stores and adapters over one event store database and shore target."""
 
     def open_revisions(pool: Pool) -> TargetRevisionReader:
@@ -54,4 +68,4 @@ def console_stores(env: dict[str, str], conninfo: str, open_target: Callable[[],
     return ConsoleStores(
         event_store_env=env, conninfo=conninfo, migrate=migrate, open_revisions=open_revisions,
         open_queue=PostgresWorkQueue, open_downlink=open_downlink, open_box=open_box,
-        pool_size=pool_size)
+        digest_key=digest_key, pool_size=pool_size)

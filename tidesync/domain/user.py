@@ -5,6 +5,7 @@ A user holds only the digest of its bearer token; issuing tokens and the clock s
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import hmac
 import re
@@ -16,6 +17,7 @@ from tidesync.domain.errors import ErrorCode, TidesyncError
 
 USER_NAMESPACE = uuid.UUID("2f8c1d4a-6b3e-5a70-9e12-8d4c6a2b0f35")
 USER_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
 
 
 class Role(enum.StrEnum):
@@ -76,6 +78,26 @@ class InvalidUserName(UserError, ValueError):
     code = ErrorCode.INVALID_INPUT
 
 
+class UnstorableText(UserError, ValueError):
+    """Text with a NUL character or a lone UTF-16 surrogate, which no view can store."""
+
+    code = ErrorCode.UNSTORABLE_TEXT
+
+
+class LastAdmin(UserError):
+    """Revoking the only active admin would leave no one to manage users."""
+
+    code = ErrorCode.LAST_ADMIN
+
+
+def check_text(what: str, text: str) -> str:
+    """The text unless it holds a NUL character or a lone surrogate (the value is not quoted:
+    it may be business data)."""
+    if UNSTORABLE_TEXT.search(text) is not None:
+        raise UnstorableText(f"{what} may not contain NUL characters or lone surrogates")
+    return text
+
+
 def check_user_name(name: str) -> str:
     """The name if it is 1-63 characters of `a-z`, `0-9`, `.`, `_` and `-`, starting
     alphanumeric."""
@@ -98,10 +120,13 @@ class User(Aggregate):
 
     @event("Added")
     def __init__(self, name: str, role: Role, token_digest: str, actor: str, reason: str,
-                 trace_id: str = "") -> None:
+                 trace_id: str = "", issued_at: str = "") -> None:
         self.name = check_user_name(name)
+        check_text("the reason", reason)
+        check_text("the actor", actor)
         self.role = Role(role)
         self.token_digest = token_digest
+        self.token_issued_at = issued_at
         self.status = UserStatus.ACTIVE
         self.added_by = actor
         self.revoke_reason = ""
@@ -118,11 +143,38 @@ class User(Aggregate):
         """Whether a presented token's digest is this active user's (constant time)."""
         return not self.is_revoked and hmac.compare_digest(self.token_digest, token_digest)
 
+    def token_expired(self, now: dt.datetime, lifetime: dt.timedelta) -> bool:
+        """Whether the current token was issued `lifetime` or longer before `now` (users
+        added before tokens carried an issue time count from when they were added)."""
+        issued = getattr(self, "token_issued_at", "")
+        issued_at = dt.datetime.fromisoformat(issued) if issued else self.created_on
+        return now - issued_at >= lifetime
+
+    def reissue(self, token_digest: str, issued_at: dt.datetime, actor: str, reason: str,
+                trace_id: str = "") -> None:
+        """Replace the token (the old one is refused from now on): an expired or leaked
+        token is replaced without removing the user."""
+        if self.is_revoked:
+            raise UserError(f"user {self.name} is revoked")
+        if not reason.strip():
+            raise UserError("issuing a new token needs a reason")
+        check_text("the reason", reason)
+        check_text("the actor", actor)
+        self._reissued(token_digest, issued_at.isoformat(), actor, reason, trace_id)
+
+    @event("TokenReissued")
+    def _reissued(self, token_digest: str, issued_at: str, actor: str, reason: str,
+                  trace_id: str) -> None:
+        self.token_digest = token_digest
+        self.token_issued_at = issued_at
+
     def revoke(self, actor: str, reason: str, trace_id: str = "") -> None:
         if self.is_revoked:
             raise UserError(f"user {self.name} is already revoked")
         if not reason.strip():
             raise UserError("revoking a user needs a reason")
+        check_text("the reason", reason)
+        check_text("the actor", actor)
         self._revoked(actor, reason, trace_id)
 
     @event("Revoked")

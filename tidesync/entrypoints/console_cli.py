@@ -1,4 +1,4 @@
-"""`tidesync users …` (console users: add prints a bearer token once, list, revoke) and
+"""`tidesync users …` (console users: add and reissue print a bearer token once, list, revoke) and
 `tidesync console schema` (the GraphQL schema in SDL).
 
 `register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
@@ -44,6 +44,12 @@ def register_commands(commands: Commands) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON lines")
     listing.set_defaults(handler=_run_list)
 
+    reissue = user_commands.add_parser(
+        "reissue", help="issue the user a new token (printed once; the old one is refused)")
+    reissue.add_argument("name", metavar="NAME")
+    add_audit_arguments(reissue, default_reason=None)
+    reissue.set_defaults(handler=_run_reissue)
+
     revoke = user_commands.add_parser("revoke", help="refuse the user's token from now on")
     revoke.add_argument("name", metavar="NAME")
     add_audit_arguments(revoke, default_reason=None)
@@ -66,6 +72,17 @@ def _run_add(args: argparse.Namespace) -> int:
         print(f"user: {issued.name} ({issued.role.value})")
         print(f"token: {issued.token}")
         print("The token is shown only now: send it as 'Authorization: Bearer <token>'.",
+              file=sys.stderr)
+
+    return _with_service(args, run)
+
+
+def _run_reissue(args: argparse.Namespace) -> int:
+    def run(service: UserService) -> None:
+        issued = service.reissue(args.name, actor_of(args), args.reason, uuid.uuid4().hex)
+        print(f"user: {issued.name} ({issued.role.value})")
+        print(f"token: {issued.token}")
+        print("The token is shown only now; the previous one is refused from now on.",
               file=sys.stderr)
 
     return _with_service(args, run)
@@ -112,7 +129,7 @@ def _with_service(args: argparse.Namespace, run: Callable[[UserService], None]) 
         with _service(config) as service:
             run(service)
     except UserError as error:
-        print(f"tidesync users: {error}", file=sys.stderr)
+        print(f"tidesync users: {error} ({error.code.value})", file=sys.stderr)
         return 1
     except PersistenceError as error:
         print(f"tidesync users: event store unavailable ({type(error).__name__})",

@@ -18,6 +18,7 @@ from tidesync.bootstrap.event_store import event_store_env
 from tidesync.bootstrap.shore import open_pool, view_settings
 from tidesync.config import Config, load_config
 from tidesync.domain.operator_action import OperatorActionError
+from tidesync.domain.user import UNSTORABLE_TEXT
 from tidesync.entrypoints.operator import actor_of
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import Pool
@@ -138,7 +139,9 @@ def _run_status(args: argparse.Namespace) -> int:
     except RegistryError as error:
         return _fail(error.message, 2)
     if args.json:
-        print(json.dumps([{"view": s.name, "behind": s.behind, "feeds": [
+        print(json.dumps([{"view": s.name, "state": s.state,
+                           "failed_reason": s.failure.reason if s.failure else None,
+                           "behind": s.behind, "feeds": [
             _feed_json(feed) for feed in s.feeds], "rebuilding": [
             _feed_json(feed) for feed in s.rebuilding]} for s in statuses], indent=2))
         return 0
@@ -147,6 +150,9 @@ def _run_status(args: argparse.Namespace) -> int:
     for status in statuses:
         for feed in status.feeds:
             print(_feed_line(status.name, feed))
+        if status.failure is not None:
+            print(f"{status.name:<16} FAILED: {status.failure.reason}"
+                  f" ({status.failure.error_type}); rebuild it to resume")
         for feed in status.rebuilding:
             print(_feed_line(status.name, feed, " (rebuilding)"))
     return 0
@@ -179,6 +185,9 @@ def _duration(seconds: float) -> str:
 
 
 def _run_rebuild(args: argparse.Namespace) -> int:
+    if UNSTORABLE_TEXT.search(args.reason) or UNSTORABLE_TEXT.search(args.actor or ""):
+        return _fail("the reason and actor may not contain NUL characters or lone"
+                     " surrogates (UNSTORABLE_TEXT)", 2)
     progress = ProgressPrinter(sys.stderr)
     try:
         config = _config(args)

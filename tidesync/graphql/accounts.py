@@ -4,6 +4,7 @@ authenticating reads one stream (cached briefly).
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from tidesync.apps.users import (
     token_user_id,
 )
 from tidesync.domain.actor import user_actor
+from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.user import (
     Permission,
     Role,
@@ -51,15 +53,18 @@ class _Entry:
 
 class TokenAuthenticator:
     """Bearer token → Principal, reading the user's stream at most every `ttl` seconds, so a
-    revoke takes effect within that bound. `authenticate` blocks: call it off the event loop.
+    revoke takes effect within that bound; a token issued `token_lifetime` ago or longer is
+    refused (None: tokens do not expire). `authenticate` blocks: call it off the event loop.
 
     `users` gives the users application (its owner opens, caches and closes it).
     """
 
     def __init__(self, users: Callable[[], UsersApplication], ttl: float = 2.0,
                  monotonic: Callable[[], float] = time.monotonic,
-                 max_entries: int = 10_000) -> None:
+                 max_entries: int = 10_000, token_lifetime: dt.timedelta | None = None,
+                 clock: Clock = utc_now) -> None:
         self._users = users
+        self._token_lifetime, self._clock = token_lifetime, clock
         self._ttl, self._monotonic, self._max_entries = ttl, monotonic, max_entries
         self._entries: dict[uuid.UUID, _Entry] = {}
 
@@ -71,6 +76,9 @@ class TokenAuthenticator:
             return None
         user = self._user(user_id)
         if user is None or not user.accepts(token_digest(token)):
+            return None
+        if (self._token_lifetime is not None
+                and user.token_expired(self._clock(), self._token_lifetime)):
             return None
         return Principal(user.name, user.role, user.permissions)
 

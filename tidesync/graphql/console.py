@@ -7,6 +7,7 @@ then answer UNAVAILABLE until it is back).
 
 from __future__ import annotations
 
+import datetime as dt
 import fnmatch
 import logging
 import threading
@@ -32,9 +33,11 @@ from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.errors import TidesyncError, Unavailable
 from tidesync.domain.operator_action import OperatorAction
 from tidesync.graphql.accounts import TokenAuthenticator
+from tidesync.graphql.digests import Digests
 from tidesync.graphql.limits import QueryLimits
 from tidesync.graphql.positions import FollowedProjection, ReadModelWaits
 from tidesync.graphql.settings import ConsoleSettings
+from tidesync.graphql.waits import WaitGate
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.registry import Catalogue, OpenApplications
 
@@ -77,6 +80,7 @@ class ConsoleStores:
     open_queue: Callable[[Pool], JobQueue]
     open_downlink: Callable[[Application[Any]], CommandIssuer]
     open_box: Callable[[], SecretBox]
+    digest_key: Callable[[], bytes]
     pool_size: int = 4
     pool_timeout: float = 5.0
 
@@ -112,12 +116,18 @@ class Console:
     _apps: ConsoleApps | None = field(default=None, init=False)
     _followed: tuple[FollowedProjection, ...] | None = field(default=None, init=False)
     _revisions: ClosingRevisionReader | None = field(default=None, init=False)
+    _digests: Digests | None = field(default=None, init=False)
+    wait_gate: WaitGate = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self.pool = self._new_pool()
+        self.wait_gate = WaitGate(self.settings.max_waits_per_user,
+                                  self.settings.max_waits_total)
         self.authenticator = TokenAuthenticator(
-            lambda: self.apps().users, ttl=self.settings.auth_cache_ms / 1000)
+            lambda: self.apps().users, ttl=self.settings.auth_cache_ms / 1000,
+            token_lifetime=dt.timedelta(hours=self.settings.token_lifetime_hours),
+            clock=self.clock)
 
     def sensitive_column(self, database: str, table: str, column: str) -> bool:
         """Whether a column's evidence values are shown only to READ_SENSITIVE_COLUMNS."""
@@ -147,6 +157,8 @@ class Console:
         opens everything anew."""
         if self.pool.closed:
             self.pool = self._new_pool()
+        self.wait_gate = WaitGate(self.settings.max_waits_per_user,
+                                  self.settings.max_waits_total)
         self.pool.open(wait=False)
         try:
             self.stores.migrate()
@@ -231,8 +243,14 @@ class Console:
     def node_service(self, sealing: bool) -> NodeService:
         return NodeService(self.apps().nodes, self.stores.open_box() if sealing else None)
 
+    def digests(self) -> Digests:
+        """Keyed digests for values a role may not see (the key is read on first use)."""
+        if self._digests is None:
+            self._digests = Digests(self.stores.digest_key())
+        return self._digests
+
     def user_service(self) -> UserService:
-        return UserService(self.apps().users)
+        return UserService(self.apps().users, clock=self.clock)
 
     def record_reads(self, reads: Sequence[PrivilegedRead], actor: str, trace_id: str) -> None:
         """Record privileged reads (§17.3) as operator actions, all in one save."""

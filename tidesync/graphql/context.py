@@ -18,6 +18,7 @@ from tidesync.graphql.errors import BadUserInput, WaitTimeout
 from tidesync.graphql.loaders import Loaders, make_loaders
 from tidesync.graphql.positions import BadPosition, Position, parse_positions
 from tidesync.graphql.threads import blocking
+from tidesync.graphql.waits import RequestWaits
 
 T = TypeVar("T")
 
@@ -30,11 +31,14 @@ class Context:
     principal: Principal
     request: Request
     loaders: Loaders = field(init=False)
+    waits: RequestWaits = field(init=False)
     _header_wait: asyncio.Task[None] | None = field(default=None, init=False)
     _trace_id: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.loaders = make_loaders(self.console, lambda: self.actor, lambda: self.trace_id)
+        self.waits = RequestWaits(self.console.wait_gate, self.actor,
+                                  self.console.settings.wait_timeout_ms / 1000)
 
     async def audit_read(self, what: str, target: str) -> None:
         """Record that this request showed business values or audit data (§17.3)."""
@@ -76,8 +80,13 @@ class Context:
             raise BadUserInput(str(error)) from None
         if not all(await blocking(lambda: [waits.written(p) for p in positions])):
             raise BadUserInput("nothing has been written at that position yet")
-        timeout = self.console.settings.wait_timeout_ms / 1000
-        if positions and not await blocking(waits.wait, positions, timeout):
+        if not positions:
+            return
+
+        async def pending(remaining: list[Position]) -> list[Position]:
+            return await blocking(waits.pending, remaining)
+
+        if not await self.waits.until_passed(positions, pending):
             raise WaitTimeout("the read models have not reached the requested position yet;"
                               " retry shortly", positions=[p.token for p in positions])
 

@@ -40,6 +40,9 @@ class ErrorReason(enum.StrEnum):
     QUERY_TOO_COSTLY = "QUERY_TOO_COSTLY"
     PAGE_TOO_LARGE = "PAGE_TOO_LARGE"
     BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    UNSTORABLE_TEXT = "UNSTORABLE_TEXT"
+    NOT_JSON = "NOT_JSON"
+    TOO_MANY_WAITS = "TOO_MANY_WAITS"
 
 
 class ConsoleError(GraphQLError):

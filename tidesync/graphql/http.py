@@ -1,17 +1,20 @@
 """The console over HTTP at /graphql: a pure-ASGI guard (body size, bearer token) in front of
 strawberry's view, which masks errors before they are encoded.
 
-Refusals before execution answer in GraphQL's error shape: 401 without a valid token of an
-active user, 413 beyond the body limit, 503 while the user store is unreachable.
+Every answer is GraphQL JSON, refusals before execution too: 401 without a valid token of an
+active user, 413 beyond the body limit, 503 while the user store is unreachable, 400 (or 405,
+415) for a body that is not one GraphQL request object, for GET and for refused text.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from cross_web import HTTPException
+from graphql import GraphQLError
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
@@ -20,17 +23,33 @@ from strawberry.asgi import GraphQL
 from strawberry.http import GraphQLHTTPResponse, process_result
 from strawberry.types import ExecutionResult
 
+from tidesync.domain.errors import ErrorCode as DomainCode
+from tidesync.domain.errors import TidesyncError
 from tidesync.graphql.accounts import Principal
 from tidesync.graphql.console import Console
 from tidesync.graphql.context import Context
 from tidesync.graphql.errors import ErrorCode, ErrorReason, Unavailable, client_error, mask
 from tidesync.graphql.schema import build_schema
+from tidesync.graphql.text import UNSTORABLE_MESSAGE, unstorable
 from tidesync.graphql.threads import blocking
 
 log = logging.getLogger(__name__)
 
 PRINCIPAL_KEY = "tidesync.principal"
 MAX_TOKEN_CHARS = 200
+_SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?")
+
+
+class RequestRefused(HTTPException, TidesyncError):
+    """A request refused before execution, answered as a GraphQL error with a code."""
+
+    code = DomainCode.INVALID_INPUT
+
+    def __init__(self, status: int, message: str, code: ErrorCode = ErrorCode.BAD_REQUEST,
+                 reason: ErrorReason | None = None) -> None:
+        super().__init__(status, message)
+        self.client_code = code
+        self.error_reason = reason
 
 
 class ConsoleView(GraphQL[Context, None]):
@@ -44,6 +63,19 @@ class ConsoleView(GraphQL[Context, None]):
                          subscription_protocols=())
         self.console = console
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # strawberry answers its own refusals (GET, batches, content types) as plain text.
+        try:
+            response = await self.run(Request(scope=scope, receive=receive))
+        except RequestRefused as refused:
+            response = _error_response(refused.status_code, refused.client_code, refused.reason,
+                                       refused.error_reason)
+        except HTTPException as refused:
+            code = (ErrorCode.UNAUTHENTICATED if refused.status_code == 401
+                    else ErrorCode.BAD_REQUEST)
+            response = _error_response(refused.status_code, code, refused.reason)
+        await response(scope, receive, send)
+
     async def get_context(self, request: Any, response: Any) -> Context:
         principal = request.scope.get(PRINCIPAL_KEY)
         if not isinstance(principal, Principal):
@@ -53,16 +85,28 @@ class ConsoleView(GraphQL[Context, None]):
     async def process_result(self, request: Request,
                              result: ExecutionResult) -> GraphQLHTTPResponse:
         if result.errors:
-            result.errors = [mask(error) for error in result.errors]
+            result.errors = [self._unsuggested(mask(error)) for error in result.errors]
         return process_result(result)
+
+    def _unsuggested(self, error: GraphQLError) -> GraphQLError:
+        """Without introspection, "Did you mean …?" would list the schema bit by bit."""
+        if self.console.settings.introspection or "Did you mean" not in error.message:
+            return error
+        error.message = _SUGGESTION.sub("", error.message)
+        error.args = (error.message,)
+        return error
 
     def decode_json(self, data: str | bytes) -> object:
         try:
             document = json.loads(data)
         except ValueError:  # Also bytes that are not UTF-8.
-            raise HTTPException(400, "the body is not JSON") from None
+            raise RequestRefused(400, "the body is not JSON", reason=ErrorReason.NOT_JSON,
+                                 ) from None
         if not isinstance(document, dict):
-            raise HTTPException(400, "the body must be one GraphQL request object")
+            raise RequestRefused(400, "the body must be one GraphQL request object")
+        if unstorable(document):
+            raise RequestRefused(400, UNSTORABLE_MESSAGE, ErrorCode.BAD_USER_INPUT,
+                                 ErrorReason.UNSTORABLE_TEXT)
         return document
 
 
@@ -110,7 +154,8 @@ class ConsoleEndpoint:
                                    "the user store is unavailable; retry shortly")
         if principal is None:
             return _error_response(401, ErrorCode.UNAUTHENTICATED,
-                                   "the token is not valid or its user is revoked")
+                                   "the token is not valid, has expired, or its user is"
+                                   " revoked")
         return principal
 
 

@@ -9,8 +9,7 @@ position when its tracked position is at or beyond it, or when nothing it reads 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -104,18 +103,9 @@ class ReadModelWaits:
                 return False
         return True
 
-    def wait(self, positions: Sequence[Position], timeout: float,
-             monotonic: Callable[[], float] = time.monotonic, poll: float = 0.05) -> bool:
-        """Whether all positions were passed within `timeout` seconds."""
-        deadline = monotonic() + timeout
-        remaining = list(positions)
-        while True:
-            remaining = [p for p in remaining if not self.passed(p)]
-            if not remaining:
-                return True
-            if monotonic() >= deadline:
-                return False
-            time.sleep(poll)
+    def pending(self, positions: Sequence[Position]) -> list[Position]:
+        """The positions the read models have not passed yet."""
+        return [p for p in positions if not self.passed(p)]
 
     def _tracked(self, names: list[str]) -> dict[str, int]:
         with self.pool.connection() as conn:

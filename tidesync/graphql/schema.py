@@ -32,6 +32,7 @@ from tidesync.graphql.projections.queries import ProjectionQueries
 from tidesync.graphql.receipts.queries import ReceiptQueries
 from tidesync.graphql.records.queries import RecordQueries
 from tidesync.graphql.settings import ConsoleSettings
+from tidesync.graphql.text import UnstorableTextRule
 from tidesync.graphql.users.mutations import UserMutations
 from tidesync.graphql.users.queries import UserQueries
 
@@ -56,7 +57,7 @@ def build_schema(settings: ConsoleSettings) -> ConsoleSchema:
                          settings.default_page_size, settings.max_page_size)
     extensions: list[Callable[[], SchemaExtension]] = [
         lambda: MaxTokensLimiter(settings.max_tokens),
-        lambda: AddValidationRules([limits_rule(limits)]),
+        lambda: AddValidationRules([limits_rule(limits), UnstorableTextRule]),
     ]
     if not settings.introspection:
         extensions.append(DisableIntrospection)

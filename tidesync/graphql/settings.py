@@ -26,6 +26,13 @@ class ConsoleSettings:
     # (a revoke takes effect within that).
     wait_timeout_ms: int = 5_000
     auth_cache_ms: int = 2_000
+    # Read-your-writes waits open at once, per user and in all (more are refused with
+    # WAIT_TIMEOUT, reason TOO_MANY_WAITS); all waits of one request share wait_timeout_ms.
+    max_waits_per_user: int = 4
+    max_waits_total: int = 32
+    # How long a console token is accepted after it was issued (`users reissue` or the
+    # `reissueUserToken` mutation issue a new one).
+    token_lifetime_hours: int = 90 * 24
     # Evidence columns whose values only auditors and admins see: an array of
     # db.table.column patterns with shell wildcards (e.g. "crew.*.passport_no").
     sensitive_columns: tuple[str, ...] = ()
@@ -33,7 +40,8 @@ class ConsoleSettings:
     def validate(self) -> list[str]:
         problems = []
         for name in ("max_depth", "max_aliases", "max_cost", "max_tokens", "max_body_bytes",
-                     "default_page_size", "max_page_size"):
+                     "default_page_size", "max_page_size", "max_waits_per_user",
+                     "max_waits_total", "token_lifetime_hours"):
             if getattr(self, name) < 1:
                 problems.append(f"console.{name}: must be >= 1")
         for name in ("wait_timeout_ms", "auth_cache_ms"):

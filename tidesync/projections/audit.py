@@ -12,6 +12,7 @@ from eventsourcing.application import Application
 
 from tidesync.projections.engine import Cursor, Events
 from tidesync.projections.states import StreamStates, aggregate_topic, event_type, state_digest
+from tidesync.projections.text import storable_text
 
 SYSTEM_ACTOR_PREFIX = "system:"
 
@@ -57,10 +58,7 @@ class AuditProjection:
         before_digest = None if before is None else state_digest(before)
         after_digest = state_digest(self._states.advance(event))
         return (self.application, self.kind_name(aggregate_topic(event)), event.originator_id,
-                event.originator_version, event_type(event), str(getattr(event, "actor", "")),
-                _text(getattr(event, "reason", None)), event.timestamp, before_digest,
-                after_digest, _text(getattr(event, "trace_id", None)), notification_id)
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+                event.originator_version, event_type(event),
+                storable_text(getattr(event, "actor", "")),
+                storable_text(getattr(event, "reason", None)), event.timestamp, before_digest,
+                after_digest, storable_text(getattr(event, "trace_id", None)), notification_id)

@@ -28,7 +28,7 @@ from tidesync.projections.conflict_center import (
 from tidesync.projections.engine import Projection
 from tidesync.projections.node_overview import NodeHeartbeatRefresher, NodeOverviewProjection
 from tidesync.projections.receipts import ReceiptsProjection
-from tidesync.projections.record_head import RecordHeadProjection
+from tidesync.projections.record_head import RecordHeadDecisionsProjection, RecordHeadProjection
 from tidesync.projections.registry import (
     AggregateKind,
     ApplicationSpec,
@@ -165,7 +165,10 @@ def _receipts(context: ViewContext) -> Sequence[tuple[str, Projection]]:
 
 
 def _record_head(context: ViewContext) -> Sequence[tuple[str, Projection]]:
-    return [(APPLY_JOBS, RecordHeadProjection(context.table("record_head")))]
+    head, decisions = context.table("record_head"), context.table("record_head_decision")
+    return [(APPLY_JOBS, RecordHeadProjection(head, decisions)),
+            (CONFLICT_CASES, RecordHeadDecisionsProjection(
+                context.apps[CONFLICT_CASES], head, decisions))]
 
 
 def _conflict_center(context: ViewContext) -> Sequence[tuple[str, Projection]]:
@@ -197,9 +200,10 @@ def _views() -> list[ViewSpec]:
         ViewSpec("receipts", ("receipt",), _receipts,
                  description="terminal results in the order ships pull them",
                  applications=(APPLY_JOBS,)),
-        ViewSpec("record_head", ("record_head",), _record_head,
-                 description="current revision, origin and tombstone of each record",
-                 applications=(APPLY_JOBS,)),
+        ViewSpec("record_head", ("record_head", "record_head_decision"), _record_head,
+                 description="current revision, origin and tombstone of each record"
+                             " (applied results and decisions applied on the shore)",
+                 applications=(APPLY_JOBS, CONFLICT_CASES), primary=APPLY_JOBS),
         ViewSpec("conflict_center", ("conflict_center",), _conflict_center,
                  description="conflict cases with evidence summaries and SLA",
                  applications=(CONFLICT_CASES,)),

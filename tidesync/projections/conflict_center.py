@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from tidesync.projections.engine import Cursor, Events
 from tidesync.projections.states import StreamStates, digest, plain
+from tidesync.projections.text import storable
 
 
 def _columns(image: object) -> dict[str, object] | None:
@@ -98,13 +99,13 @@ class ConflictCenterProjection:
                         if item.get("origin_node_id")})
         summary = {
             "evidence": evidence_summary(evidence),
-            "decision": plain(decision_summary(getattr(case, "decision", None))),
+            "decision": _shown_decision(getattr(case, "decision", None)),
             "cancellation": plain(getattr(case, "cancellation", None)),
             **lifecycle_summary(case),
         }
         return (case.id, case.rule_id, case.key_digest, case.database, case.table,
                 plain(case.state), case.created_on, case.modified_on, len(evidence), nodes,
-                self.sla_due_at(case), Jsonb(summary), case.version, case.rule_version)
+                self.sla_due_at(case), Jsonb(storable(summary)), case.version, case.rule_version)
 
     def sla_due_at(self, case: Any) -> dt.datetime:
         """When waiting longer breaches the SLA: the due time a case waiting for a person
@@ -116,6 +117,15 @@ class ConflictCenterProjection:
                 return due
         opened: dt.datetime = case.created_on
         return opened + self.sla
+
+
+def _shown_decision(decision: object) -> object:
+    """The decision as every role may see it: an unkeyed digest of the decided value would
+    let a viewer test guesses of it, so only whether there is one is shown."""
+    shown = plain(decision_summary(decision))
+    if isinstance(shown, dict):
+        shown["has_decided_value"] = shown.pop("decided_value_sha256", None) is not None
+    return shown
 
 
 def lifecycle_summary(case: Any) -> dict[str, object]:

@@ -23,6 +23,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.projections.failures import TRANSIENT_ERRORS, mark_failed, read_failure
 
 log = logging.getLogger(__name__)
 
@@ -304,11 +305,21 @@ class PostgresViewRunner:
 
     def catch_up(self) -> int:
         """Run until idle, as a worker loop does: another worker advancing the view meanwhile
-        is not an error (it did the work)."""
+        is not an error (it did the work). A view that fails for good is marked FAILED and
+        skipped from then on (until rebuilt); transient errors are raised, to retry."""
+        if read_failure(self.pool, self.name) is not None:
+            return 0
         try:
             return self.run_until_idle()
         except ConcurrentProjectionError:
             log.info("projection %s advanced by another worker", self.tracking_name)
+            return 0
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as error:  # noqa: BLE001 - logged by type: messages may quote values
+            reason = mark_failed(self.pool, self.name, error)
+            log.error("view %s stopped: %s (%s); other views go on, rebuild it to resume",
+                      self.name, reason, type(error).__name__)
             return 0
 
     def refresh(self, force: bool = True) -> bool:

@@ -32,6 +32,7 @@ from tidesync.projections.engine import (
     lock_view,
     read_tracking,
 )
+from tidesync.projections.failures import clear_failure_in
 from tidesync.projections.registry import REBUILD_SUFFIX, Catalogue
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ def _switch(name: str, tables: tuple[str, ...], live: PostgresViewRunner,
                     _swap_table(cursor, table)
                 for live_feed, shadow_feed in zip(live.feeds, shadow.feeds, strict=True):
                     _move_tracking(cursor, shadow_feed.tracking_name, live_feed.tracking_name)
+                clear_failure_in(cursor, name)
                 return caught_up
         except psycopg.errors.LockNotAvailable:
             log.warning("switching view %s waited too long for its locks (attempt %d)",

@@ -111,11 +111,16 @@ class ViewSpec:
     description: str = ""
     applications: tuple[str, ...] = ()
     """The applications it follows; empty: every registered one."""
+    primary: str = ""
+    """The application whose feed keeps the view's own tracking name when others join it
+    (so a view that gains a feed does not start its first one over)."""
 
 
-def tracking_name(view: str, application: str, feeds: int, suffix: str = "") -> str:
-    """A feed's row in projection_tracking: the view's name when one application feeds it."""
-    base = view if feeds == 1 else f"{view}.{application}"
+def tracking_name(view: str, application: str, feeds: int, suffix: str = "",
+                  primary: str = "") -> str:
+    """A feed's row in projection_tracking: the view's name when one application (or the
+    primary one) feeds it, else `view.application`."""
+    base = view if feeds == 1 or application == primary else f"{view}.{application}"
     return f"{base}{suffix}"
 
 
@@ -226,7 +231,8 @@ class Catalogue:
             PostgresProjectionRunner(
                 projection, apps[application], pool,
                 batch_size=batch_size or self.settings.batch_size,
-                tracking_name=tracking_name(spec.name, application, len(feeds), suffix),
+                tracking_name=tracking_name(spec.name, application, len(feeds), suffix,
+                                            spec.primary),
                 lock_key=lock_key)
             for application, projection in feeds
         ]

@@ -13,6 +13,7 @@ from eventsourcing.application import Application
 
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.projections.engine import Pool, ProjectionStatus
+from tidesync.projections.failures import ViewFailure, read_failure
 from tidesync.projections.registry import REBUILD_SUFFIX, Catalogue
 
 
@@ -32,6 +33,13 @@ class ViewStatus:
     name: str
     feeds: tuple[ProjectionStatus, ...]
     rebuilding: tuple[ProjectionStatus, ...] = ()
+    failure: ViewFailure | None = None
+    """Why the view stopped (None while it runs)."""
+
+    @property
+    def state(self) -> str:
+        """RUNNING, or FAILED once it stopped on an error (until a rebuild replaces it)."""
+        return "RUNNING" if self.failure is None else "FAILED"
 
     @property
     def behind(self) -> int:
@@ -69,5 +77,6 @@ def view_status(apps: Mapping[str, Application[Any]], pool: Pool, name: str | No
         live = catalogue.runner(view_name, apps, pool)
         shadow = catalogue.runner(view_name, apps, pool, suffix=REBUILD_SUFFIX)
         rebuilding = tuple(feed.status() for feed in shadow.feeds if feed.tracking().updated_at)
-        statuses.append(ViewStatus(view_name, tuple(live.status()), rebuilding))
+        statuses.append(ViewStatus(view_name, tuple(live.status()), rebuilding,
+                                   read_failure(pool, view_name)))
     return statuses

@@ -77,8 +77,14 @@ class ShoreWorker:
                 applied += self.arbiter.run_once()
             except Exception:  # the store or target is down: applying goes on, so does this
                 log.exception("conflict arbitration failed this round; trying again")
+        # One view's trouble must not stop the others (logged by type: messages may quote
+        # values); a view that fails for good marks itself FAILED (projections.failures).
         for runner in self.projections:
-            runner.catch_up()
+            try:
+                runner.catch_up()
+            except Exception as error:  # noqa: BLE001
+                log.warning("a view could not catch up this round (%s); trying again",
+                            type(error).__name__)
         return applied
 
     def run(self) -> None:

@@ -70,8 +70,9 @@ class ConflictQueries:
             raise BadUserInput("not a cursor from this list")
         rows = await context.read(fetch_conflicts, context.console.pool, where, key, size + 1,
                                   wait_for=wait_for)
+        digests = context.console.digests()
         return page_of(rows, size, lambda row: [row.opened_at, str(row.conflict_id)],
-                       ConflictSummary.from_row)
+                       lambda row: ConflictSummary.from_row(row, digests))
 
     @field(extensions=allow(CanView),
            description="One conflict case from its stream, evidence side by side.")
@@ -84,7 +85,8 @@ class ConflictQueries:
         case = await info.context.loaders.conflict_case.load(conflict_id)
         if case is None:
             return None
-        return ConflictDetail.from_case(case, info.context.console.sensitive_column)
+        console = info.context.console
+        return ConflictDetail.from_case(case, console.sensitive_column, console.digests())
 
 
 def _is_time(raw: object) -> bool:

@@ -22,11 +22,12 @@ from tidesync.domain.conflict_case import (
     DecisionSide,
     is_sync_column,
 )
-from tidesync.domain.evidence import display_text, evidence_digest, value_tag
+from tidesync.domain.evidence import display_text, value_tag
 from tidesync.graphql.common import JSON, Long, WritePosition, field
 from tidesync.graphql.conflicts.loaders import ConflictRow
 from tidesync.graphql.conflicts.permissions import CanSeeEvidenceValue, value_visible
 from tidesync.graphql.context import Info
+from tidesync.graphql.digests import Digests
 from tidesync.graphql.permissions import allow
 
 strawberry.enum(ConflictState, name="ConflictState")
@@ -62,9 +63,10 @@ class EvidenceValue:
         return not value_visible(info.context.principal, self.sensitive)
 
     @classmethod
-    def of(cls, scope: str, column: str, tagged: list[object], sensitive: bool) -> EvidenceValue:
+    def of(cls, scope: str, column: str, tagged: list[object], sensitive: bool,
+           digests: Digests) -> EvidenceValue:
         return cls(column=column, type=value_tag(tagged), is_null=value_tag(tagged) == "null",
-                   digest=evidence_digest(scope, column, tagged), tagged=tagged,
+                   digest=digests.evidence(scope, column, tagged), tagged=tagged,
                    sensitive=sensitive, scope=scope)
 
 
@@ -189,22 +191,25 @@ class ConflictDetail:
     expiry: ConflictExpiry | None
 
     @classmethod
-    def from_case(cls, case: ConflictCase, sensitive: Sensitivity) -> ConflictDetail:
+    def from_case(cls, case: ConflictCase, sensitive: Sensitivity,
+                  digests: Digests) -> ConflictDetail:
         def is_sensitive(column: str) -> bool:
             return sensitive(case.database, case.table, column)
 
         scope = str(case.id)
-        evidence = [_evidence(scope, i, raw, is_sensitive) for i, raw in enumerate(case.evidence)]
+        evidence = [_evidence(scope, i, raw, is_sensitive, digests)
+                    for i, raw in enumerate(case.evidence)]
         return cls(
             id=strawberry.ID(scope), state=case.state.value, version=case.version,
-            rule_id=case.rule_id, rule_version=case.rule_version, key_digest=case.key_digest,
+            rule_id=case.rule_id, rule_version=case.rule_version,
+            key_digest=digests.record_key(case.key_digest),
             database=case.database, table=case.table,
             decidable=case.state in DECIDABLE_STATES,
             cancellable=case.state in CANCELLABLE_STATES,
             evidence=evidence, comparison=evidence[-1].columns if evidence else [],
             replacement_columns=[ReplacementColumn(column=name, type=value_tag(sample))
                                  for name, sample in case.evidence_columns().items()],
-            decision=_decision(scope, case.decision, is_sensitive),
+            decision=_decision(scope, case.decision, is_sensitive, digests),
             cancellation=None if case.cancellation is None else ConflictCancellation(
                 actor=str(case.cancellation["actor"]), reason=str(case.cancellation["reason"])),
             lease=_lease(case), manual=_manual(case), dispatch=_dispatch(case),
@@ -277,7 +282,7 @@ def _image(raw: object) -> dict[str, list[object]] | None:
 
 
 def _evidence(scope: str, index: int, raw: dict[str, object],
-              sensitive: Callable[[str], bool]) -> Evidence:
+              sensitive: Callable[[str], bool], digests: Digests) -> Evidence:
     shore, ship, before = (_image(raw.get(name))
                            for name in ("current_row", "incoming_after", "incoming_before"))
     names = [name for name in dict.fromkeys([*(shore or {}), *(ship or {}), *(before or {})])
@@ -286,7 +291,7 @@ def _evidence(scope: str, index: int, raw: dict[str, object],
     def value(image: dict[str, list[object]] | None, name: str) -> EvidenceValue | None:
         if image is None or name not in image:
             return None
-        return EvidenceValue.of(scope, name, image[name], sensitive(name))
+        return EvidenceValue.of(scope, name, image[name], sensitive(name), digests)
 
     columns = [ColumnComparison(
         column=name, shore=value(shore, name), ship=value(ship, name),
@@ -313,7 +318,7 @@ def _differs(shore: dict[str, list[object]] | None, ship: dict[str, list[object]
 
 
 def _decision(scope: str, raw: dict[str, object] | None,
-              sensitive: Callable[[str], bool]) -> ConflictDecision | None:
+              sensitive: Callable[[str], bool], digests: Digests) -> ConflictDecision | None:
     if raw is None:
         return None
     image = _image(raw.get("decided_value"))
@@ -324,7 +329,7 @@ def _decision(scope: str, raw: dict[str, object] | None,
         evidence_count=int(str(raw["evidence_count"])), actor=str(raw["actor"]),
         reason=str(raw["reason"]),
         decided_value=None if image is None else [
-            EvidenceValue.of(scope, name, tagged, sensitive(name))
+            EvidenceValue.of(scope, name, tagged, sensitive(name), digests)
             for name, tagged in image.items()],
     )
 
@@ -359,13 +364,15 @@ class ConflictSummary:
         case = await info.context.loaders.conflict_case.load(uuid.UUID(str(self.conflict_id)))
         if case is None:
             return None
-        return ConflictDetail.from_case(case, info.context.console.sensitive_column)
+        console = info.context.console
+        return ConflictDetail.from_case(case, console.sensitive_column, console.digests())
 
     @classmethod
-    def from_row(cls, row: ConflictRow) -> ConflictSummary:
+    def from_row(cls, row: ConflictRow, digests: Digests) -> ConflictSummary:
         return cls(
             conflict_id=strawberry.ID(str(row.conflict_id)), rule_id=row.rule_id,
-            key_digest=row.key_digest, database=row.database, table=row.table_name,
+            key_digest=digests.record_key(row.key_digest), database=row.database,
+            table=row.table_name,
             state=row.state, opened_at=row.opened_at, updated_at=row.updated_at,
             evidence_count=row.evidence_count, node_ids=list(row.node_ids),
             sla_due_at=row.sla_due_at, summary=JSON(row.summary), version=Long(row.version),

@@ -43,10 +43,15 @@ class ProjectionView:
     behind: Long
     feeds: list[ProjectionFeed]
     rebuilding: list[ProjectionFeed]
+    state: str = strawberry.field(description="RUNNING, or FAILED once the view stopped on an "
+                                              "error (until a rebuild replaces it).")
+    failed_reason: str | None = strawberry.field(description="Why it stopped (a reason code).")
 
     @classmethod
     def of(cls, info: ViewInfo | None, status: ViewStatus) -> ProjectionView:
         return cls(name=status.name, description=info.description if info else "",
+                   state=status.state,
+                   failed_reason=status.failure.reason if status.failure else None,
                    tables=list(info.tables) if info else [], behind=Long(status.behind),
                    feeds=[ProjectionFeed.from_status(feed) for feed in status.feeds],
                    rebuilding=[ProjectionFeed.from_status(feed) for feed in status.rebuilding])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import strawberry
 
-from tidesync.graphql.common import Page, decode_cursor, field, page_of
+from tidesync.graphql.common import Page, PageInfo, field
 from tidesync.graphql.context import Info
 from tidesync.graphql.permissions import CanView, allow
 from tidesync.graphql.records.loaders import RecordHeadFilter, fetch_record_heads
@@ -21,8 +21,15 @@ class RecordQueries:
                            wait_for: str | None = None) -> Page[RecordHead]:
         context = info.context
         size = context.console.limits.page_size(first)
-        where = RecordHeadFilter(rule_id, database, table, key_digest, origin_node_id)
+        digests = context.console.digests()
+        # Shown key digests are keyed: the filter matches them in SQL, and the cursor (which
+        # holds the stored, unkeyed digest) is sealed.
+        where = RecordHeadFilter(rule_id, database, table,
+                                 None if key_digest is None else key_digest.lower(),
+                                 origin_node_id, digests.record_key_pads())
         rows = await context.read(fetch_record_heads, context.console.pool, where,
-                                  decode_cursor(after, 2), size + 1, wait_for=wait_for)
-        return page_of(rows, size, lambda row: [row.rule_id, row.key_digest],
-                       RecordHead.from_row)
+                                  digests.open_cursor(after, 2), size + 1, wait_for=wait_for)
+        shown = rows[:size]
+        end = digests.seal_cursor([shown[-1].rule_id, shown[-1].key_digest]) if shown else None
+        return Page(items=[RecordHead.from_row(row, digests) for row in shown],
+                    page_info=PageInfo(end_cursor=end, has_next_page=len(rows) > size))

@@ -9,6 +9,7 @@ import strawberry
 
 from tidesync.graphql.common import field
 from tidesync.graphql.context import Info
+from tidesync.graphql.digests import Digests
 from tidesync.graphql.permissions import CanReadEvidenceValues, allow
 from tidesync.graphql.records.loaders import RecordHeadRow
 
@@ -34,9 +35,10 @@ class RecordHead:
         return self.canonical_key
 
     @classmethod
-    def from_row(cls, row: RecordHeadRow) -> RecordHead:
+    def from_row(cls, row: RecordHeadRow, digests: Digests) -> RecordHead:
         return cls(
-            rule_id=row.rule_id, key_digest=row.key_digest, database=row.database,
+            rule_id=row.rule_id, key_digest=digests.record_key(row.key_digest),
+            database=row.database,
             table=row.table_name, revision=None if row.revision is None else str(row.revision),
             origin_node_id=row.origin_node_id, last_event_id=strawberry.ID(str(row.last_event_id)),
             tombstone=row.tombstone, updated_at=row.updated_at, canonical_key=row.record_key,

@@ -1,11 +1,12 @@
-"""User commands: add a user (its token is shown once) and revoke one."""
+"""User commands: add a user (its token is shown once), issue a user a new token (the old one
+is refused from then on) and revoke one."""
 
 from __future__ import annotations
 
 import strawberry
 
 from tidesync.apps.users import IssuedToken, UserAlreadyExists, UserNotFound
-from tidesync.domain.user import InvalidUserName, Role, UserError
+from tidesync.domain.user import InvalidUserName, LastAdmin, Role, UnstorableText, UserError
 from tidesync.graphql.common import WritePosition, mutation
 from tidesync.graphql.context import Info
 from tidesync.graphql.permissions import CanManageUsers, allow
@@ -36,6 +37,12 @@ class RevokeUserInput:
     reason: str
 
 
+@strawberry.input
+class ReissueUserTokenInput:
+    name: str
+    reason: str
+
+
 @strawberry.type
 class UserMutations:
     @mutation(extensions=allow(CanManageUsers),
@@ -54,8 +61,28 @@ class UserMutations:
             issued = await blocking(run)
         except UserError as error:
             return _error_of(error)
-        return UserAdded(name=issued.name, role=issued.role, token_value=issued.token,
-                         position=WritePosition.of(Position("users", issued.position)))
+        return _token_answer(issued)
+
+    @mutation(extensions=allow(CanManageUsers),
+              description="Issue the user a new token (shown once); the old one is refused.")
+    async def reissue_user_token(self, info: Info, input: ReissueUserTokenInput,
+                                 ) -> AddUserResult:
+        context = info.context
+        if not input.reason.strip():
+            return UserErrorResult(code=UserErrorCode.REASON_REQUIRED,
+                                   message="a reason is required")
+
+        def run() -> IssuedToken:
+            issued = context.console.user_service().reissue(input.name, context.actor,
+                                                             input.reason, context.trace_id)
+            context.console.authenticator.forget()
+            return issued
+
+        try:
+            issued = await blocking(run)
+        except UserError as error:
+            return _error_of(error)
+        return _token_answer(issued)
 
     @mutation(extensions=allow(CanManageUsers),
               description="Refuse the user's token from now on.")
@@ -87,4 +114,15 @@ def _error_of(error: UserError) -> UserErrorResult:
         return UserErrorResult(code=UserErrorCode.ALREADY_EXISTS, message="the user exists")
     if isinstance(error, UserNotFound):
         return UserErrorResult(code=UserErrorCode.NOT_FOUND, message="no such user")
+    if isinstance(error, LastAdmin):
+        return UserErrorResult(code=UserErrorCode.LAST_ADMIN,
+                               message="the last active admin cannot be revoked")
+    if isinstance(error, UnstorableText):
+        return UserErrorResult(code=UserErrorCode.UNSTORABLE_TEXT, message=str(error))
     return UserErrorResult(code=UserErrorCode.REFUSED, message=str(error))
+
+
+def _token_answer(issued: IssuedToken) -> UserAdded:
+    """A user's new token (shown once) and the position its event can be waited on at."""
+    return UserAdded(name=issued.name, role=issued.role, token_value=issued.token,
+                     position=WritePosition.of(Position("users", issued.position)))
