@@ -25,7 +25,13 @@ from tidesync.domain.change_event import table_rule
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.table_names import bad_table_names, table_set
 from tidesync.graphql.settings import ConsoleSettings
+from tidesync.projections.settings import ProjectionsConfig
 from tidesync.shore.settings import ApplyConfig, ConflictsConfig
+
+FIXED_CONSUMER_SETTINGS = frozenset({
+    "bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
+    "enable.partition.eof", "auto.offset.reset"})
+"""Queue consumer settings `kafka_consumer_options` may not change: correctness rests on them."""
 
 ENV_PREFIX = "TIDESYNC_"
 CONFIG_ENV = "TIDESYNC_CONFIG"
@@ -47,8 +53,10 @@ class EventStoreKind(enum.StrEnum):
 
 
 def _bad_options(section: str, options: Mapping[str, str]) -> list[str]:
-    return [f"{section}: {key!r} is not a client setting name" for key in options
-            if not re.fullmatch(r"[a-z0-9._-]{1,100}", key)]
+    return ([f"{section}: {key!r} is not a client setting name" for key in options
+             if not re.fullmatch(r"[a-z0-9._-]{1,100}", key)]
+            + [f"{section}: {key!r} is set by tidesync (offsets are committed only after the"
+               " shore answered)" for key in options if key in FIXED_CONSUMER_SETTINGS])
 
 @dataclass(frozen=True)
 class EventStoreConfig:
@@ -318,25 +326,6 @@ class ShipTargetConfig:
 
 
 @dataclass(frozen=True)
-class ProjectionsConfig:
-    """The read side's views (`tidesync shore work`, `tidesync projections`): notifications
-    per batch (one transaction each), and how often inputs that are not event streams
-    (heartbeats, the inbox) are copied into their views (0: every round). The conflict
-    center's SLA is `conflicts.manual_sla_hours`."""
-
-    batch_size: int = 50
-    refresh_seconds: int = 5
-
-    def validate(self) -> list[str]:
-        problems = []
-        if not 1 <= self.batch_size <= 100_000:
-            problems.append("projections.batch_size: must be 1..100000")
-        if self.refresh_seconds < 0:
-            problems.append("projections.refresh_seconds: must be >= 0")
-        return problems
-
-
-@dataclass(frozen=True)
 class DownlinkConfig:
     """Shore to ship: the shore CDC consumer and the command API (§9.4, §12).
 
@@ -401,7 +390,7 @@ class Config:
             values = getattr(self, section.name)
             out[section.name] = {
                 f.name: ("***" if f.metadata.get("secret") and getattr(values, f.name) else
-                         _plain(getattr(values, f.name)))
+                         _shown(f.name, getattr(values, f.name)))
                 for f in dataclasses.fields(values)
             }
         return out
@@ -416,6 +405,14 @@ def _is_aes256_key(text: str) -> bool:
 
 def _plain(value: object) -> object:
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def _shown(name: str, value: object) -> object:
+    """A setting as `config show` prints it: client options (which may hold SASL passwords or
+    key files) with their names only."""
+    if name.endswith("_options") and isinstance(value, Mapping):
+        return {key: "***" for key in value}
+    return _plain(value)
 
 
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from tidesync.cdc.kafka import QueueSettings
 from tidesync.config import ConfigError, EventStoreKind, load_config
 
 
@@ -131,3 +134,19 @@ def test_a_wrong_list_or_map_says_which_setting_and_why(tmp_path, toml, problem)
     with pytest.raises(ConfigError) as refused:
         load_config(path, env={})
     assert problem in str(refused.value)
+
+
+def test_client_options_cannot_turn_on_auto_commit_and_are_not_shown() -> None:
+    env = {"TIDESYNC_SHIP__KAFKA_CONSUMER_OPTIONS":
+           "enable.auto.commit=true,sasl.password=hunter2-secret"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(env=env)
+    assert "'enable.auto.commit' is set by tidesync" in str(refused.value)
+    config = load_config(env={"TIDESYNC_SHIP__KAFKA_CONSUMER_OPTIONS":
+                              "sasl.password=hunter2-secret,fetch.wait.max.ms=50"})
+    shown = json.dumps(config.redacted())
+    assert "hunter2-secret" not in shown and "sasl.password" in shown
+    consumer = QueueSettings("broker:9092", "group", ".*",
+                             {"enable.auto.commit": "true", "fetch.wait.max.ms": "50"})
+    settings = consumer.consumer_config()
+    assert settings["enable.auto.commit"] is False and settings["fetch.wait.max.ms"] == "50"

@@ -42,14 +42,7 @@ class QueueSettings:
     request_timeout: float = 10.0
 
     def consumer_config(self) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            # An assigned offset the broker no longer has is an error, never a silent jump.
-            "auto.offset.reset": "error",
+        tuning = {
             # Prefetch at most a few MiB whatever the backlog (librdkafka's default is 64 MiB).
             "queued.max.messages.kbytes": 8192,
             "queued.min.messages": 2000,
@@ -58,7 +51,18 @@ class QueueSettings:
             "fetch.wait.max.ms": 200,
             "socket.keepalive.enable": True,
             "log_level": 3,
+        }
+        # Options may tune the client; the settings delivery rests on always win.
+        return {
+            **tuning,
             **self.options,
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            # An assigned offset the broker no longer has is an error, never a silent jump.
+            "auto.offset.reset": "error",
         }
 
 
