@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tidesync.apps.master_key import MasterKeyError
+from tidesync.bootstrap.console import build_console
 from tidesync.config import ConfigError, load_config
 
 
@@ -38,3 +40,17 @@ def test_invalid_console_settings_are_all_reported():
     for name in ("max_depth", "max_page_size", "default_page_size", "sensitive_columns",
                  "wait_timeout_ms"):
         assert f"console.{name}" in problems
+
+
+def test_a_console_never_creates_a_master_key(tmp_path):
+    """A console started in another directory must not make a new key beside it: node secrets
+    sealed with the real key would no longer open."""
+    missing = tmp_path / "elsewhere" / "master.key"
+    config = load_config(env={"TIDESYNC_EVENT_STORE__KIND": "postgres",
+                              "TIDESYNC_SHORE__MASTER_KEY_FILE": str(missing)})
+    console = build_console(config)
+    with pytest.raises(MasterKeyError, match="does not exist"):
+        console.stores.open_box()
+    with pytest.raises(MasterKeyError):
+        console.stores.digest_key()
+    assert not missing.exists() and not missing.parent.exists()

@@ -35,11 +35,11 @@ def build_console(config: Config) -> Console:
 
     def digest_key() -> bytes:
         return console_digest_key(load_master_key(
-            config.shore.master_key, config.shore.master_key_file, create=True))
+            config.shore.master_key, config.shore.master_key_file))
 
     stores = console_stores(
         event_store_env(config.event_store), postgres_conninfo(config.event_store), open_target,
-        lambda: secret_box(config.shore, create=True), digest_key,
+        lambda: secret_box(config.shore), digest_key,
         config.event_store.postgres_pool_size)
     return Console(config.console, stores, catalogue=default_catalogue(view_settings(config)))
 
