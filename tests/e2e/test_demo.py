@@ -89,7 +89,12 @@ def test_a_person_decides_the_held_conflict_with_the_printed_command(tmp_path: P
         deadline = time.monotonic() + 90
         while not any("conflicts decide" in line for line in lines):
             line = demo.stdout.readline()
-            assert line and time.monotonic() < deadline, "".join(lines)
+            if not line:  # the demo ended: say why
+                demo.wait(timeout=30)
+                assert demo.stderr is not None
+                raise AssertionError(f"the demo exited with {demo.returncode}:\n"
+                                     f"{''.join(lines)}\n{demo.stderr.read()[-4000:]}")
+            assert time.monotonic() < deadline, "".join(lines)
             lines.append(line)
         command = next(line for line in lines if "conflicts decide" in line).split()
         assert command[:3] == ["tidesync", "--config", str(data_dir / "tidesync.toml")]
