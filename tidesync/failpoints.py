@@ -1,6 +1,7 @@
 """Named fault-injection points for crash tests: `TIDESYNC_FAILPOINTS=name=action,...`.
 
-The only action is `kill` (SIGKILL this process at that point, as a power cut would).
+Actions: `kill` (SIGKILL this process at that point, as a power cut would) and `stop`
+(SIGSTOP it there, as a long pause would, until someone sends SIGCONT).
 Unset in production, a failpoint costs one dictionary lookup.
 """
 
@@ -23,5 +24,8 @@ _ACTIVE = _configured()
 
 def hit(name: str) -> None:
     """Run the action configured for `name`, if any."""
-    if _ACTIVE.get(name) == "kill":
+    action = _ACTIVE.get(name)
+    if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)

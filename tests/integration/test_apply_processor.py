@@ -28,6 +28,7 @@ from tidesync.domain.conflict_case import ConflictCase
 from tidesync.projections.engine import PostgresProjectionRunner
 from tidesync.projections.receipts import ReceiptsProjection
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.shore.settings import ApplyConfig
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.mysql_schema import enable_mysql_table
@@ -173,6 +174,35 @@ def test_a_sequence_gap_holds_only_what_follows_it(shore, target_db, shore_maria
     assert set(items(conn)) == {1, 2, 3, 4}
 
 
+def test_a_gap_held_past_its_deadline_shows_as_gap_stalled(shore, target_db, shore_mariadb):
+    database, conn = target_db
+    ship = ShipLog(node(), "shipdb")
+    e1, e2, e3, e4 = (ship.insert(k, f"n{k}", k, "1.00") for k in (1, 2, 3, 4))
+    receive(shore[0], ship.node_id, [e1, e2, e4])
+    clock = Clock()
+    processor = make_processor(shore, make_applier(shore_mariadb, database), clock,
+                               scope=ApplyConfig(gap_deadline_seconds=600))
+    queue = PostgresWorkQueue(shore[0])
+    assert drain(processor) == 2
+    assert [(r.state, r.reason_code, r.events) for r in summarize(queue, ship.node_id)] == [
+        ("PENDING", None, 1)]
+
+    clock.advance(601)
+    assert drain(processor) == 0
+    assert [(r.state, r.reason_code, r.events) for r in summarize(queue, ship.node_id)] == [
+        ("PENDING", "GAP_STALLED", 1)]
+    released = pg_rows(shore[0], "SELECT count(*) FROM apply_jobs_events WHERE topic LIKE %s"
+                                 " AND convert_from(state, 'UTF8') LIKE %s",
+                       ("%ApplyJob.Released", "%GAP_STALLED%"))
+    assert released == [(1,)]
+
+    receive(shore[0], ship.node_id, [e3])  # the missing event arrives after all
+    clock.advance(5)
+    assert drain(processor) == 2
+    assert set(items(conn)) == {1, 2, 3, 4}
+    assert summarize(queue, ship.node_id) == []
+
+
 def test_transient_target_errors_wait_with_backoff_then_apply(shore, target_db, shore_mariadb):
     database, conn = target_db
     ship = ShipLog(node(), "shipdb")
@@ -262,11 +292,59 @@ def test_crash_between_target_commit_and_finalize_recovers_from_the_ledger(
 
     survivor = make_processor(shore, make_applier(shore_mariadb, database), clock, worker="w2")
     assert survivor.run_once() == 0  # the dead worker's lease still holds
-    clock.advance(61)
+    expire_leases(shore[0], ship.node_id)
     assert drain(survivor) == 5
     assert set(inbox_states(shore[0], ship.node_id).values()) == {("TERMINAL", "APPLIED")}
     assert len(ledger_ids(conn, database)) == 5  # applied exactly once
     assert set(items(conn)) == {1, 2, 3, 4, 5}
+
+
+def expire_leases(pool, node_id: str) -> None:
+    """Let a node's apply leases run out: lease expiry is database time, not the test's
+    clock."""
+    with pool.connection() as conn:
+        conn.execute("UPDATE apply_partition SET"
+                     " lease_expires_at = clock_timestamp() - interval '1 second'"
+                     " WHERE origin_node_id = %s", (node_id,))
+
+
+class AfterEachChunk:
+    """The real applier, calling `hook` after each chunk it commits."""
+
+    def __init__(self, applier: MySQLTargetApplier, hook) -> None:
+        self.applier, self.hook = applier, hook
+
+    def apply_chunk(self, events):
+        outcomes = self.applier.apply_chunk(events)
+        self.hook()
+        return outcomes
+
+    def __getattr__(self, name: str):
+        return getattr(self.applier, name)
+
+
+def test_a_running_job_renews_its_lease_between_chunks(shore, target_db, shore_mariadb):
+    database, conn = target_db
+    ship = ShipLog(node(), "shipdb")
+    events = [ship.insert(k, f"n{k}", k, "1.00") for k in range(1, 7)]
+    receive(shore[0], ship.node_id, events)
+    clock = Clock()
+    other = make_processor(shore, make_applier(shore_mariadb, database), clock, worker="w2")
+    seen_by_other: list[int] = []
+
+    def after_chunk() -> None:
+        if not seen_by_other:
+            expire_leases(shore[0], ship.node_id)  # the first chunk ran as long as the lease
+            seen_by_other.append(-1)
+        else:
+            seen_by_other.append(other.run_once())
+
+    slow = AfterEachChunk(make_applier(shore_mariadb, database), after_chunk)
+    worker = make_processor(shore, slow, clock, worker="w1", chunk_size=2)
+    assert worker.run_once() == 6
+    assert seen_by_other == [-1, 0, 0]  # renewed before each later chunk: nobody took over
+    assert set(inbox_states(shore[0], ship.node_id).values()) == {("TERMINAL", "APPLIED")}
+    assert len(ledger_ids(conn, database)) == 6
 
 
 def test_apply_job_stream_records_each_step(shore, target_db, shore_mariadb):

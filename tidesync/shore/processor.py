@@ -37,6 +37,7 @@ from tidesync.shore.settings import NOT_AUTHORIZED, ApplyConfig
 from tidesync.shore.work_queue import (
     Claim,
     ClaimedEvent,
+    LeaseLost,
     StoredBatches,
     UndecodableEvent,
     WorkQueue,
@@ -64,7 +65,7 @@ class ProcessorSettings:
     lease_seconds: float = 60.0
     backoff: Backoff = field(default_factory=Backoff)
     scope: ApplyConfig = field(default_factory=ApplyConfig)
-    """Which tables each node may write (`[apply.node_tables]`)."""
+    """Which tables each node may write (`[apply.node_tables]`) and the gap deadline."""
 
 
 class ApplyProcessor:
@@ -89,6 +90,18 @@ class ApplyProcessor:
                                  self.settings.max_events_per_job)
         if claim is None:
             return 0
+        failpoints.hit("after_claim")
+        try:
+            return self._run_claim(claim)
+        except LeaseLost:
+            # Paused or slow past the lease: another worker owns the partition now and
+            # carries these events on; nothing of this claim was written after the loss.
+            log.warning("apply job %s lost its lease; leaving its events to the new owner",
+                        claim.job_id)
+            return 0
+
+    def _run_claim(self, claim: Claim) -> int:
+        self.queue.renew(claim, self.settings.lease_seconds)
         self._record_takeovers(claim)
         job = ApplyJob(
             origin_node_id=claim.partition.origin_node_id, topic=claim.partition.topic,
@@ -109,15 +122,20 @@ class ApplyProcessor:
         now = self.clock()
         ready, held, next_sequence = split_at_gap(claim.events, claim.next_sequence)
         held_ids = [str(e.event_id) for e in held]
+        stalled = bool(held) and self._gap_stalled(claim, now)
         if held:
-            job.release(held_ids, "SEQUENCE_GAP", ACTOR, f"source_sequence {next_sequence} missing")
-            log.warning("sequence gap on partition %s/%d of node %s at %d",
-                        claim.partition.topic, claim.partition.partition,
-                        claim.partition.origin_node_id, next_sequence)
+            job.release(held_ids, "GAP_STALLED" if stalled else "SEQUENCE_GAP", ACTOR,
+                        f"source_sequence {next_sequence} missing")
+            log.log(logging.ERROR if stalled else logging.WARNING,
+                    "sequence gap%s on partition %s/%d of node %s at %d",
+                    " stalled past its deadline" if stalled else "",
+                    claim.partition.topic, claim.partition.partition,
+                    claim.partition.origin_node_id, next_sequence)
         size = self.settings.chunk_size
         chunks = [ready[start:start + size] for start in range(0, len(ready), size)]
         results: list[FinalResult] = []
         for index, chunk in enumerate(chunks):
+            self.queue.renew(claim, self.settings.lease_seconds)
             try:
                 results += self._apply_chunk(job, chunk, batches)
             except (TransientTargetError, CommitOutcomeUnknown) as error:
@@ -133,11 +151,30 @@ class ApplyProcessor:
         statements = self._finalize(claim, job, results, now)
         if held:
             statements += self.queue.gap_statements(
-                claim, next_sequence, now, now + dt.timedelta(seconds=GAP_RECHECK_SECONDS))
+                claim, next_sequence, now, now + dt.timedelta(seconds=GAP_RECHECK_SECONDS),
+                held_ids if stalled else ())
         else:
             statements += self.queue.unlease_statements(claim, next_sequence=next_sequence)
-        self.apply_jobs.save(job, extra_statements=statements)
+        self._save_fenced(claim, job, statements)
         return len(results)
+
+    def _gap_stalled(self, claim: Claim, now: dt.datetime) -> bool:
+        """Whether the partition's gap is older than the deadline (gap_detected_at was
+        written from the injected clock, so both sides are the injected clock)."""
+        since = claim.gap_detected_at
+        deadline = dt.timedelta(seconds=self.settings.scope.gap_deadline_seconds)
+        return since is not None and now - since >= deadline
+
+    def _save_fenced(self, claim: Claim, job: ApplyJob, statements: list[Statement]) -> None:
+        """Save the job's outcome with its index updates, only while the claim holds the
+        partition: the fence runs first in the same transaction and locks the row."""
+        try:
+            self.apply_jobs.save(job, extra_statements=[*self.queue.fence_statements(claim),
+                                                        *statements])
+        except Exception as error:
+            if not self.queue.holds(claim):
+                raise LeaseLost(f"apply job {claim.job_id} lost its lease") from error
+            raise
 
     def _apply_chunk(self, job: ApplyJob, chunk: Sequence[ClaimedEvent],
                      batches: StoredBatches) -> list[FinalResult]:
@@ -197,7 +234,7 @@ class ApplyProcessor:
                 claim, retry_ids, ErrorClass.INFRA.value, not_before, attempt, resume_at)
             log.warning("transient target error %s; retry %d in %.1fs", reason_code, attempt,
                         delay)
-        self.apply_jobs.save(job, extra_statements=statements)
+        self._save_fenced(claim, job, statements)
         return len(done)
 
     def _result(self, event: ChangeEvent, outcome: TargetOutcome) -> FinalResult:

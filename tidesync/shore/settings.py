@@ -109,6 +109,8 @@ class ApplyConfig:
 
     node_tables: Mapping[str, str] = field(default_factory=dict)
     """Node → tables, TOML arrays of `database.table` or `database.*` (kept comma-joined)."""
+    gap_deadline_seconds: int = 3600
+    """A source_sequence gap open this long is escalated to GAP_STALLED (jobs list, logs)."""
 
     @property
     def restricted(self) -> bool:
@@ -129,6 +131,8 @@ class ApplyConfig:
 
     def validate(self) -> list[str]:
         problems = []
+        if self.gap_deadline_seconds < 1:
+            problems.append("apply.gap_deadline_seconds: must be >= 1")
         for node_id, entries in self.node_tables.items():
             if not node_id.strip():
                 problems.append("apply.node_tables: a node id is empty")

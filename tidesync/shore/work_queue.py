@@ -22,6 +22,7 @@ from tidesync.apps.jobs import HeldEvent, OpenEventCount, ReplayItem
 from tidesync.apps.recorder import Statement
 from tidesync.domain.apply_job import EventResult, FinalResult, apply_job_id, error_class_of
 from tidesync.domain.change_event import ChangeEvent, Revision
+from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError, event_from_wire
 
@@ -61,6 +62,22 @@ class Claim:
     events: tuple[ClaimedEvent, ...]
     previous_job_id: uuid.UUID | None = None
     """A job whose lease expired before it finished: this claim takes its events over."""
+    gap_detected_at: dt.datetime | None = None
+    """When the partition's current sequence gap was first seen (injected clock), if any."""
+    owner: str = ""
+    lease_token: int = 0
+    """The fencing token of this lease: each claim of a partition takes the next one."""
+
+    def fence(self) -> tuple[str, str, int, int, str, int]:
+        """The partition, owner and token every statement on leased state checks."""
+        return (*self.partition.params(), self.owner, self.lease_token)
+
+
+class LeaseLost(TidesyncError):
+    """Another worker holds the partition now (this worker's lease expired while it was
+    paused or slow): nothing this claim would still write may land."""
+
+    code = ErrorCode.APPLY_LEASE_LOST
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,18 @@ class WorkQueue(Protocol):
         """Lease the least recently served partition that has open events, or None."""
         ...
 
+    def renew(self, claim: Claim, lease_seconds: float) -> None:
+        """Extend the lease while the job runs; raises `LeaseLost` if it is no longer ours."""
+        ...
+
+    def holds(self, claim: Claim) -> bool:
+        """Whether the claim's owner and token still hold its partition."""
+        ...
+
+    def fence_statements(self, claim: Claim) -> list[Statement]:
+        """Fail the transaction unless the claim still holds its partition (run it first)."""
+        ...
+
     def load_batches(self, claim: Claim) -> StoredBatches:
         """The stored batch bodies the claimed events point into, parsed once."""
         ...
@@ -129,7 +158,8 @@ class WorkQueue(Protocol):
                            next_sequence: int | None = None) -> list[Statement]: ...
 
     def gap_statements(self, claim: Claim, missing_sequence: int, now: dt.datetime,
-                       recheck_at: dt.datetime) -> list[Statement]: ...
+                       recheck_at: dt.datetime, stalled_ids: Sequence[str] = ()
+                       ) -> list[Statement]: ...
 
     def open_conflict_statements(self, rule_id: str, key_digest: str,
                                  conflict_id: uuid.UUID) -> list[Statement]:
@@ -200,13 +230,14 @@ class PostgresWorkQueue:
             if row is None:
                 return None
             partition = SourcePartition(*row[:4])
-            job_no, attempts, next_sequence, previous_job_id = row[4:8]
+            job_no, attempts, next_sequence, previous_job_id, gap_detected_at = row[4:9]
             events = self._open_events(conn, partition, max_events)
             if not events:
                 return None
             claim = self._lease(conn, partition, job_no, attempts, next_sequence, events,
                                 worker, now, lease_seconds)
-            return dataclasses.replace(claim, previous_job_id=previous_job_id)
+            return dataclasses.replace(claim, previous_job_id=previous_job_id,
+                                       gap_detected_at=gap_detected_at)
 
     def _discovery_due(self, now: dt.datetime) -> bool:
         return _discovery_due(self, now)
@@ -236,17 +267,52 @@ class PostgresWorkQueue:
                attempts: int, next_sequence: int, events: list[ClaimedEvent], worker: str,
                now: dt.datetime, lease_seconds: float) -> Claim:
         job_id = apply_job_id(*partition.params(), job_no)
-        expires = now + dt.timedelta(seconds=lease_seconds)
-        conn.execute(
+        # Lease expiry is database time on both sides (set here, compared in the claim query
+        # and the renewal), so every worker reads the same clock; the injected Clock never
+        # meets it. A new token fences off whoever held the partition before.
+        row = conn.execute(
             "UPDATE apply_partition SET next_job_no = next_job_no + 1, current_job_id = %s,"
-            " lease_owner = %s, lease_expires_at = %s, last_claimed_at = %s WHERE"
-            " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
-            " AND replay_epoch = %s",
-            (job_id, worker, expires, now, *partition.params()),
-        )
+            " lease_owner = %s, lease_token = lease_token + 1,"
+            " lease_expires_at = clock_timestamp() + make_interval(secs => %s),"
+            " last_claimed_at = %s WHERE origin_node_id = %s AND source_topic = %s"
+            " AND source_partition = %s AND replay_epoch = %s"
+            " RETURNING lease_token, lease_expires_at",
+            (job_id, worker, lease_seconds, now, *partition.params()),
+        ).fetchone()
+        assert row is not None  # the row is locked FOR UPDATE by the claim query
+        token, expires = row
         # Inbox rows stay PENDING while leased: the lease, not a row update, keeps other
         # workers off, which saves a write of every claimed row.
-        return Claim(partition, job_no, job_id, attempts, next_sequence, expires, tuple(events))
+        return Claim(partition, job_no, job_id, attempts, next_sequence, expires, tuple(events),
+                     owner=worker, lease_token=int(token))
+
+    def renew(self, claim: Claim, lease_seconds: float) -> None:
+        """Extend the lease while the job runs; raises `LeaseLost` if it is no longer ours."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "UPDATE apply_partition SET"
+                " lease_expires_at = clock_timestamp() + make_interval(secs => %s)"
+                " WHERE"
+                " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+                " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s RETURNING 1",
+                (lease_seconds, *claim.fence())).fetchone()
+        if row is None:
+            raise LeaseLost(f"apply job {claim.job_id} lost its lease")
+
+    def holds(self, claim: Claim) -> bool:
+        """Whether the claim's owner and token still hold its partition."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM apply_partition WHERE"
+                " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+                " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
+                claim.fence()).fetchone()
+        return row is not None
+
+    @staticmethod
+    def fence_statements(claim: Claim) -> list[Statement]:
+        """Fail the transaction unless the claim still holds its partition (run it first)."""
+        return [("SELECT apply_lease_held(%s, %s, %s, %s, %s, %s)", claim.fence())]
 
     # -------------------------------------------------------------------- decoding
 
@@ -304,8 +370,8 @@ class PostgresWorkQueue:
                  " next_sequence = COALESCE(%s, next_sequence), current_job_id = NULL,"
                  " lease_owner = NULL, lease_expires_at = NULL WHERE"
                  " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
-                 " AND replay_epoch = %s",
-                 (not_before, attempt, resume_sequence, *claim.partition.params()))]
+                 " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
+                 (not_before, attempt, resume_sequence, *claim.fence()))]
 
     @staticmethod
     def dead_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
@@ -329,21 +395,27 @@ class PostgresWorkQueue:
             " next_sequence = COALESCE(%s, next_sequence),"
             " gap_at_sequence = NULL, gap_detected_at = NULL WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
-            " AND replay_epoch = %s",
-            (attempts, next_sequence, *claim.partition.params()),
+            " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
+            (attempts, next_sequence, *claim.fence()),
         )]
 
     @staticmethod
     def gap_statements(claim: Claim, missing_sequence: int, now: dt.datetime,
-                       recheck_at: dt.datetime) -> list[Statement]:
-        """Record a sequence gap and look again at `recheck_at` (the ship retransmits)."""
-        return [(
+                       recheck_at: dt.datetime, stalled_ids: Sequence[str] = ()
+                       ) -> list[Statement]:
+        """Record a sequence gap and look again at `recheck_at` (the ship retransmits);
+        `stalled_ids`, held past the gap deadline, show as GAP_STALLED until it closes."""
+        stalled: list[Statement] = [(
+            "UPDATE inbox_event SET reason_code = 'GAP_STALLED' WHERE origin_node_id = %s"
+            " AND event_id = ANY(%s::uuid[]) AND state = 'PENDING'",
+            (claim.partition.origin_node_id, list(stalled_ids)))] if stalled_ids else []
+        return [*stalled, (
             "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
             " current_job_id = NULL, attempts = 0, next_sequence = %s, gap_at_sequence = %s,"
             " gap_detected_at = COALESCE(gap_detected_at, %s), not_before = %s WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
-            " AND replay_epoch = %s",
-            (missing_sequence, missing_sequence, now, recheck_at, *claim.partition.params()),
+            " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
+            (missing_sequence, missing_sequence, now, recheck_at, *claim.fence()),
         )]
 
     @staticmethod
@@ -472,12 +544,12 @@ def _by_job(rows: Sequence[Sequence[object]]) -> dict[uuid.UUID, list[ReplayItem
 
 
 
-
 _CLAIMABLE_PARTITION = (
     "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"
-    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id"
+    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id, p.gap_detected_at"
     " FROM apply_partition p"
-    " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < %(now)s)"
+    # Database time on both sides (see `_lease`).
+    " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < clock_timestamp())"
     " AND (p.not_before IS NULL OR p.not_before <= %(now)s)"
     " AND NOT EXISTS (SELECT 1 FROM inbox_event d WHERE d.origin_node_id = p.origin_node_id"
     "   AND d.source_topic = p.source_topic AND d.source_partition = p.source_partition"
