@@ -25,7 +25,9 @@ from tidesync.domain.change_event import table_rule
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.table_names import bad_table_names, table_set
 from tidesync.graphql.settings import ConsoleSettings
+from tidesync.ingress.settings import ShoreTlsSettings
 from tidesync.projections.settings import ProjectionsConfig
+from tidesync.ship.settings import ShipTlsSettings
 from tidesync.shore.settings import ApplyConfig, ConflictsConfig
 
 FIXED_CONSUMER_SETTINGS = frozenset({
@@ -86,8 +88,8 @@ _MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ShoreConfig:
-    """The shore server: where it listens and its request limits."""
+class ShoreConfig(ShoreTlsSettings):
+    """The shore server: where it listens, its request limits and its TLS."""
 
     listen_host: str = "127.0.0.1"
     listen_port: int = 8470
@@ -123,7 +125,7 @@ class ShoreConfig:
     trusted_proxies: tuple[str, ...] = ()
 
     def validate(self) -> list[str]:
-        problems = []
+        problems = self.tls_problems()
         if not 0 <= self.listen_port <= 65535:
             problems.append("shore.listen_port: must be 0..65535 (0 picks a free port)")
         for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch",
@@ -152,11 +154,11 @@ class ShoreConfig:
 
 
 @dataclass(frozen=True)
-class ShipConfig:
+class ShipConfig(ShipTlsSettings):
     """The ship client: its node identity, state file, queue, batching and link settings."""
 
     node_id: str = ""
-    shore_url: str = "http://127.0.0.1:8470"
+    shore_url: str = "https://127.0.0.1:8470"
     # The node's signing secret as `tidesync nodes register` printed it (base64url).
     secret: str = field(default="", metadata={"secret": True})
     state_path: str = "tidesync-data/ship-state.sqlite"
@@ -198,7 +200,7 @@ class ShipConfig:
     commands_page_size: int = 200
 
     def validate(self) -> list[str]:
-        problems = []
+        problems = self.tls_problems()
         if not self.shore_node_id:
             problems.append("ship.shore_node_id: must not be empty")
         if not 1 <= self.commands_page_size <= 1000:

@@ -32,6 +32,7 @@ from tidesync.ingress.auth import (
     signed_request,
 )
 from tidesync.ingress.nodes import NodeCredentials, SigningKey
+from tidesync.wire.signing import response_signature_matches, sign_response
 
 NOW = rounded_now()
 SECRET = bytes(range(32))
@@ -230,3 +231,46 @@ def test_a_timestamp_far_outside_any_date_is_expired_not_a_crash(timestamp: str)
     with pytest.raises(AuthError) as raised:
         check_timestamp(request, NOW)
     assert raised.value.reason is AuthReason.AUTH_EXPIRED_TIMESTAMP
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def request_headers(request_id: str = "8d0c7f7e-1c1b-4f61-9b8e-6f3f0f9f7a10",
+                    at: dt.datetime = NOW) -> dict[str, str]:
+    return sign_request(NODE, SECRET, "GET", PATH, b"", at, request_id)
+
+
+def test_an_answer_signature_covers_its_request_status_and_body() -> None:
+    headers = request_headers()
+    claimed = sign_response(SECRET, headers, "GET", PATH, 200, b"page")
+    assert response_signature_matches(SECRET, headers, "GET", PATH, 200, b"page", claimed)
+    changed: list[tuple[bytes, dict[str, str], str, str, int, bytes]] = [
+        (bytes(32), headers, "GET", PATH, 200, b"page"),          # another node's secret
+        (SECRET, request_headers("another-request-id"), "GET", PATH, 200, b"page"),
+        (SECRET, request_headers(at=NOW + dt.timedelta(seconds=1)), "GET", PATH, 200,
+         b"page"),
+        (SECRET, {**headers, NODE_HEADER: "ship-0043"}, "GET", PATH, 200, b"page"),
+        (SECRET, headers, "POST", PATH, 200, b"page"),
+        (SECRET, headers, "GET", "/sync/v1/commands?limit=100", 200, b"page"),
+        (SECRET, headers, "GET", PATH, 503, b"page"),
+        (SECRET, headers, "GET", PATH, 200, b"forged page"),
+    ]
+    for secret, other, method, path, status, body in changed:
+        assert not response_signature_matches(secret, other, method, path, status, body,
+                                              claimed)
+
+
+def test_a_request_signature_never_passes_as_an_answer() -> None:
+    # The ship's own signature, echoed back by a man in the middle, proves nothing.
+    headers = sign_request(NODE, SECRET, "GET", PATH, b"", NOW, "8d0c7f7e-1c1b-4f61")
+    assert not response_signature_matches(SECRET, headers, "GET", PATH, 200, b"",
+                                          headers[SIGNATURE_HEADER])
+
+
+def test_the_shore_signs_answers_with_the_secret_the_ship_signed_with() -> None:
+    # During a rotation both secrets are valid; the ship holds only the one it used.
+    old, new = bytes(range(32)), bytes(range(1, 33))
+    creds = credentials(SigningKey(old, NOW + dt.timedelta(hours=1)), SigningKey(new, None))
+    assert check_signature(signed(secret=old), "POST", PATH, creds, NOW) == old
+    assert check_signature(signed(secret=new), "POST", PATH, creds, NOW) == new

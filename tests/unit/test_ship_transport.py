@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import http.server
+import json
 import random
 import threading
 import uuid
@@ -25,6 +26,7 @@ from tidesync.ship.transport import (
     Disposition,
     HttpShoreLink,
     LinkDown,
+    LinkReason,
     RetrySchedule,
     ShoreRefused,
     disposition_of,
@@ -34,8 +36,10 @@ from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.signing import (
     NODE_HEADER,
     REQUEST_ID_HEADER,
+    RESPONSE_SIGNATURE_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    sign_response,
 )
 
 SECRET = bytes(range(32))
@@ -62,6 +66,13 @@ class Stub(http.server.BaseHTTPRequestHandler):
             Stub.delay.wait(1.5)
             return
         then_hang_up = headers.pop(HANG_UP, None) is not None
+        signed_for = headers.pop(SIGN_FOR, None)
+        if signed_for is not None:  # as the shore does: sign the answer with the node secret
+            signed_headers = {**dict(self.headers), **json.loads(headers.pop(PRETEND, "{}"))}
+            headers[RESPONSE_SIGNATURE_HEADER] = sign_response(
+                SECRET, CaseInsensitive(signed_headers), self.command, self.path,
+                int(headers.pop(SIGNED_STATUS, status)),
+                answer if signed_for == "" else bytes.fromhex(signed_for))
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -79,11 +90,27 @@ class Stub(http.server.BaseHTTPRequestHandler):
 
 
 HANG_UP = "x-stub-hang-up-after"  # scripted: answer (keeping alive), then close silently
+SIGN_FOR = "x-stub-sign-body"  # scripted: sign the answer; a hex value signs that body instead
+SIGNED_STATUS = "x-stub-signed-status"  # scripted: sign as if answering this status
+PRETEND = "x-stub-pretend"  # scripted: JSON of request headers to sign for instead of the real
+
+
+class CaseInsensitive(dict[str, str]):
+    def __getitem__(self, name: str) -> str:
+        return next(v for k, v in self.items() if k.lower() == name.lower())
+
+
+def signed(status: int, headers: dict[str, str], body: bytes, *, signed_body: bytes | None = None,
+           pretend: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    """A scripted answer the stub signs like the shore (optionally for another body or
+    request: what a man in the middle could produce by replaying or editing)."""
+    return status, {**headers, SIGN_FOR: "" if signed_body is None else signed_body.hex(),
+                    PRETEND: json.dumps(pretend or {})}, body
 
 
 @contextmanager
 def stub(*script: tuple[int, dict[str, str], bytes], keep_alive: bool = False) -> Iterator[str]:
-    Stub.script, Stub.seen = list(script), []
+    Stub.script, Stub.seen = [_signed_by_default(line) for line in script], []
     Stub.protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
@@ -95,6 +122,18 @@ def stub(*script: tuple[int, dict[str, str], bytes], keep_alive: bool = False) -
         server.shutdown()
         server.server_close()
         Stub.delay.clear()
+
+
+def _signed_by_default(line: tuple[int, dict[str, str], bytes]
+                       ) -> tuple[int, dict[str, str], bytes]:
+    status, headers, body = line
+    if SIGN_FOR in headers or UNSIGNED in headers or status <= 0:
+        headers.pop(UNSIGNED, None)
+        return status, headers, body
+    return status, {**headers, SIGN_FOR: ""}, body
+
+
+UNSIGNED = "x-stub-unsigned"  # scripted: send the answer without a signature
 
 
 def error(reason: str, retry_after: int | None = None) -> bytes:
@@ -238,3 +277,66 @@ def test_a_clock_refusal_is_retried_never_a_block() -> None:
         link(url).upload(batch())
     assert refused.value.reason == "AUTH_EXPIRED_TIMESTAMP"
     assert refused.value.disposition is Disposition.RETRY
+
+
+# ----------------------------------------------------------------------------- signed answers
+
+
+def applied(event_id: bytes) -> bytes:
+    page = pb.ReceiptsPage(next_cursor="9")
+    page.results.add(event_id=event_id, result=pb.APPLIED)
+    return codec.compress(page)
+
+
+def test_signed_answers_are_acted_on() -> None:
+    with stub(signed(200, {}, applied(b"e" * 16))) as url:
+        page = link(url).receipts("", 10)
+    assert page.results[0].result == pb.APPLIED
+    assert RESPONSE_SIGNATURE_HEADER.lower() not in {k.lower() for k in Stub.seen[0][2]}
+
+
+def test_an_unsigned_answer_is_never_acted_on() -> None:
+    # A man in the middle (or a shore too old to sign) answering APPLIED for everything.
+    with stub((200, {UNSIGNED: "1"}, applied(b"e" * 16)),
+              (503, {UNSIGNED: "1"}, error("STORE_UNAVAILABLE"))) as url:
+        shore = link(url)
+        with pytest.raises(LinkDown) as page:
+            shore.receipts("", 10)
+        with pytest.raises(LinkDown) as refusal:
+            shore.upload(batch())
+    assert page.value.reason == refusal.value.reason == LinkReason.RESPONSE_UNSIGNED
+    assert page.value.disposition is Disposition.RETRY
+
+
+def test_an_edited_answer_is_refused() -> None:
+    # The shore signed a page without results; the body arriving says APPLIED.
+    honest = codec.compress(pb.ReceiptsPage(next_cursor="9"))
+    line = signed(200, {}, applied(b"e" * 16), signed_body=honest)
+    with stub(line) as url, pytest.raises(LinkDown) as forged:
+        link(url).receipts("", 10)
+    assert forged.value.reason == LinkReason.RESPONSE_FORGED
+
+
+def test_an_answer_signed_for_another_request_is_refused() -> None:
+    # A signed APPLIED page recorded earlier and replayed as the answer to a new request.
+    other = {REQUEST_ID_HEADER: str(uuid.uuid4())}
+    line = signed(200, {}, applied(b"e" * 16), pretend=other)
+    with stub(line) as url, pytest.raises(LinkDown) as replayed:
+        link(url).receipts("", 10)
+    assert replayed.value.reason == LinkReason.RESPONSE_FORGED
+
+
+def test_a_refusal_whose_status_was_changed_is_refused() -> None:
+    # The shore refused 503 (retry); the status arriving says 413 (split the batch).
+    line = signed(413, {SIGNED_STATUS: "503"}, error("STORE_UNAVAILABLE"))
+    with stub(line) as url, pytest.raises(LinkDown) as forged:
+        link(url).upload(batch())
+    assert forged.value.reason == LinkReason.RESPONSE_FORGED
+
+
+def test_an_unsigned_401_is_believed() -> None:
+    # The shore cannot sign for a request it did not authenticate.
+    line = (401, {UNSIGNED: "1"}, error("NODE_UNKNOWN"))
+    with stub(line) as url, pytest.raises(ShoreRefused) as refused:
+        link(url).upload(batch())
+    assert refused.value.reason == "NODE_UNKNOWN"

@@ -3,6 +3,7 @@ queue consumer, state store, shore link and, with a business database, the downl
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 from tidesync.cdc.column_types import InMemoryColumnTypes
@@ -17,7 +18,7 @@ from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.downlink import DownlinkSettings
 from tidesync.ship.state import SQLiteShipState
-from tidesync.ship.transport import HttpShoreLink, ShoreLink
+from tidesync.ship.transport import HttpShoreLink, ShoreLink, tls_context
 from tidesync.target.contract import TargetApplier
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.sqlite import SQLiteTargetApplier
@@ -72,7 +73,8 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
         if not ship.secret:
             raise ValueError("ship.secret is required (the node's signing secret)")
         link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
-                             clock=clock, timeout=float(ship.request_timeout_seconds))
+                             clock=clock, timeout=float(ship.request_timeout_seconds),
+                             ssl_context=ship_tls_context(ship))
     state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
     queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
                                      ship.topic_pattern,
@@ -88,3 +90,10 @@ def downlink_settings(ship: ShipConfig) -> DownlinkSettings:
     return DownlinkSettings(node_id=ship.node_id, shore_node_id=ship.shore_node_id,
                             page_size=ship.commands_page_size,
                             interval=float(ship.commands_interval_seconds))
+
+
+def ship_tls_context(ship: ShipConfig) -> ssl.SSLContext | None:
+    """The TLS context of an https shore URL from the `[ship]` TLS files (None for http)."""
+    if not ship.shore_url.startswith("https://"):
+        return None
+    return tls_context(ship.tls_ca_file, ship.tls_client_cert_file, ship.tls_client_key_file)

@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import threading
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -25,7 +28,7 @@ from tidesync.bootstrap.console import build_console
 from tidesync.bootstrap.event_store import describe_event_store
 from tidesync.bootstrap.ingress import build_ingress
 from tidesync.bootstrap.shore import attach_downlink
-from tidesync.config import Config
+from tidesync.config import Config, ShoreConfig
 from tidesync.domain.errors import TidesyncError
 from tidesync.entrypoints.health import EventStoreCheck, HealthProbe
 from tidesync.graphql.console import Console
@@ -95,27 +98,56 @@ def _unavailable() -> JSONResponse:
                         status_code=503, headers={"Retry-After": "5"})
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """The files of TLS served by uvicorn itself; a client CA asks clients for certificates."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str = ""
+    client_cert_required: bool = True
+
+    @classmethod
+    def of(cls, shore: ShoreConfig) -> ServerTls | None:
+        """The `[shore]` TLS settings, or None when the shore serves plain http."""
+        if not shore.tls_cert_file:
+            return None
+        return cls(shore.tls_cert_file, shore.tls_key_file, shore.tls_client_ca_file,
+                   shore.tls_client_cert_required)
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"ssl_certfile": self.cert_file,
+                                   "ssl_keyfile": self.key_file or None}
+        if self.client_ca_file:
+            options["ssl_ca_certs"] = self.client_ca_file
+            options["ssl_cert_reqs"] = (ssl.CERT_REQUIRED if self.client_cert_required
+                                        else ssl.CERT_OPTIONAL)
+        return options
+
+
 def build_server(config: Config) -> uvicorn.Server:
     """A uvicorn server for the app; `server.servers[0].sockets` tell the bound port once up."""
     return build_server_for(create_app(config), config.shore.listen_host,
-                            config.shore.listen_port)
+                            config.shore.listen_port, ServerTls.of(config.shore))
 
 
-def build_server_for(app: Starlette, host: str, port: int) -> uvicorn.Server:
+def build_server_for(app: Starlette, host: str, port: int,
+                     tls: ServerTls | None = None) -> uvicorn.Server:
     # proxy_headers off: scope["client"] must stay the peer address, which is what the
     # trusted-proxy check of client identities relies on.
     uv_config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-        proxy_headers=False,
+        proxy_headers=False, **(tls.uvicorn_options() if tls is not None else {}),
     )
     return uvicorn.Server(uv_config)
 
 
 def bound_url(server: uvicorn.Server) -> str:
-    """The http URL the server actually listens on (resolves port 0)."""
+    """The http(s) URL the server actually listens on (resolves port 0)."""
     sockets = [s for srv in server.servers for s in srv.sockets]
     host, port = sockets[0].getsockname()[:2]
-    return f"http://{host}:{port}"
+    scheme = "https" if server.config.is_ssl else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 def describe(config: Config) -> str:
@@ -148,8 +180,8 @@ class BackgroundServer:
     as server:` waits until it listens; `server.url` is its address; leaving stops it."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0,
-                 startup_timeout: float = 30.0) -> None:
-        self.server = build_server_for(app, host, port)
+                 startup_timeout: float = 30.0, tls: ServerTls | None = None) -> None:
+        self.server = build_server_for(app, host, port, tls)
         self.startup_timeout = startup_timeout
         self._thread = threading.Thread(target=self.server.run, name="shore-server", daemon=True)
         self.url = ""

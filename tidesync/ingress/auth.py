@@ -108,8 +108,9 @@ def check_timestamp(request: SignedRequest, now: dt.datetime,
 
 
 def check_signature(request: SignedRequest, method: str, path_with_query: str,
-                    credentials: NodeCredentials, now: dt.datetime) -> None:
-    """The node is known and active and one of its valid secrets made the signature."""
+                    credentials: NodeCredentials, now: dt.datetime) -> bytes:
+    """The node is known and active and one of its valid secrets made the signature; returns
+    that secret (the answer is signed with it)."""
     if credentials.status is None:
         raise AuthError(AuthReason.NODE_UNKNOWN, "unknown node")
     if credentials.status is NodeStatus.REVOKED:
@@ -117,11 +118,13 @@ def check_signature(request: SignedRequest, method: str, path_with_query: str,
     canonical = canonical_request(method, path_with_query, request.node_id, request.timestamp,
                                   request.request_id, request.content_sha256)
     # Every valid secret is tried, so timing does not tell which one matched.
-    matched = False
+    matched: bytes | None = None
     for secret in credentials.secrets_at(now):
-        matched |= hmac.compare_digest(signature(secret, canonical), request.signature)
-    if not matched:
+        if hmac.compare_digest(signature(secret, canonical), request.signature):
+            matched = secret
+    if matched is None:
         raise AuthError(AuthReason.AUTH_BAD_SIGNATURE, "signature does not match")
+    return matched
 
 
 def check_body(request: SignedRequest, body: bytes) -> None:

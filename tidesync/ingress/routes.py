@@ -58,6 +58,7 @@ from tidesync.wire.codec import (
     WireReason,
 )
 from tidesync.wire.protocol import ShapeTooLarge
+from tidesync.wire.signing import RESPONSE_SIGNATURE_HEADER, sign_response
 
 log = logging.getLogger(__name__)
 
@@ -253,18 +254,20 @@ class Ingress:
                   ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             request_id = request.headers.get("tidesync-request-id", "")[:128]
+            signer = ResponseSigner()
             try:
-                return await self._authenticated(request, handler, body_limit)
+                response = await self._authenticated(request, handler, body_limit, signer)
             except Exception as error:  # noqa: BLE001 - every failure becomes an ErrorResponse
-                return _error_answer(error, request, request_id, self.clock())
+                response = _error_answer(error, request, request_id, self.clock())
+            return signer.sign(request, response)
         return endpoint
 
     async def _authenticated(self, request: Request, handler: Handler,
-                             body_limit: int) -> Response:
+                             body_limit: int, signer: ResponseSigner) -> Response:
         signed = signed_request(request.headers)
         now = self.clock()
         check_timestamp(signed, now, self.settings.window)
-        await self._check_signature(request, signed, now)
+        signer.secret = await self._check_signature(request, signed, now)
         check_identity(signed, self.identity.identity(request.scope))
         # The server's slots go to authenticated nodes only: unsigned floods cannot take them.
         with self.limiter.request_slot(), self.limiter.node_slot(signed.node_id):
@@ -286,11 +289,12 @@ class Ingress:
             return store(conn)
 
     async def _check_signature(self, request: Request, signed: SignedRequest,
-                               now: dt.datetime) -> None:
+                               now: dt.datetime) -> bytes:
+        """The node secret that made the request's signature."""
         target = request_target(request.scope)
         credentials = await self._credentials(signed.node_id, None)
         try:
-            check_signature(signed, request.method, target, credentials, now)
+            return check_signature(signed, request.method, target, credentials, now)
         except AuthError as error:
             # A node registered or rotated seconds ago may not be in the cache yet.
             if error.reason not in (AuthReason.AUTH_BAD_SIGNATURE, AuthReason.NODE_UNKNOWN):
@@ -298,7 +302,7 @@ class Ingress:
             fresh = await self._credentials(signed.node_id, _FRESH_AFTER_FAILURE)
             if fresh is credentials:
                 raise
-            check_signature(signed, request.method, target, fresh, now)
+            return check_signature(signed, request.method, target, fresh, now)
 
     async def _credentials(self, node_id: str, max_age: float | None) -> NodeCredentials:
         cached = self.directory.cached(node_id, max_age)
@@ -308,6 +312,25 @@ class Ingress:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+class ResponseSigner:
+    """Signs an answer with the node secret that authenticated its request.
+
+    Every answer after authentication is signed (pages, acks and refusals alike), so a
+    man in the middle cannot forge one. Answers to requests that did not authenticate (401)
+    cannot be: the shore has no secret it trusts the sender with."""
+
+    def __init__(self) -> None:
+        self.secret: bytes | None = None
+
+    def sign(self, request: Request, response: Response) -> Response:
+        if self.secret is not None:
+            response.headers[RESPONSE_SIGNATURE_HEADER] = sign_response(
+                self.secret, request.headers, request.method, request_target(request.scope),
+                response.status_code, bytes(response.body))
+        return response
+
 
 
 def _check_sender(node_id: str, call: Call) -> None:

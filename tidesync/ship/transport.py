@@ -1,4 +1,5 @@
-"""The ship's link to the shore: signed /sync/v1 requests over HTTP(S), and how failures retry.
+"""The ship's link to the shore: signed /sync/v1 requests over HTTP(S), answers acted on only
+when the shore signed them for that request, and how failures retry.
 
 408, 429, 5xx and network errors retry with full jitter (1 s … 5 min, Retry-After as a floor);
 401/403 (identity) and 426 (protocol) block the node with the shore's reason instead, except a
@@ -29,7 +30,11 @@ from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.signing import sign_request
+from tidesync.wire.signing import (
+    RESPONSE_SIGNATURE_HEADER,
+    response_signature_matches,
+    sign_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,8 @@ class LinkReason(enum.StrEnum):
     TIMEOUT = "TIMEOUT"
     BAD_RESPONSE = "BAD_RESPONSE"
     CLOCK_SKEW = "CLOCK_SKEW"
+    RESPONSE_UNSIGNED = "RESPONSE_UNSIGNED"
+    RESPONSE_FORGED = "RESPONSE_FORGED"
 
 
 class LinkError(TidesyncError):
@@ -232,6 +239,7 @@ class HttpShoreLink:
             answer = response.read(MAX_RESPONSE_BYTES + 1)
             retry_after = _retry_after(response.getheader("Retry-After"), self.clock())
             status = response.status
+            answer_signature = response.getheader(RESPONSE_SIGNATURE_HEADER)
         except TimeoutError as error:
             self.close()
             raise LinkDown(LinkReason.TIMEOUT, f"{method} timed out") from error
@@ -249,10 +257,31 @@ class HttpShoreLink:
         if len(answer) > MAX_RESPONSE_BYTES:
             self.close()
             raise LinkDown(LinkReason.BAD_RESPONSE, "answer too large")
+        self._check_answer(headers, method, target, status, answer, answer_signature)
         if status != 200:
             raise _refused(status, answer, retry_after)
         self.counters.active_seconds += self.monotonic() - started
         return _decompressed(answer)
+
+    def _check_answer(self, request: dict[str, str], method: str, target: str, status: int,
+                      answer: bytes, claimed: str | None) -> None:
+        """Act only on answers the shore signed with this node's secret for this request.
+
+        A 401 comes unsigned (the shore did not authenticate the request, so it has no secret
+        to sign with); whatever a forged one makes the link do (block, relearn the clock) it
+        undoes once the real shore answers. Anything else unsigned or mis-signed is not the
+        shore's and is retried, never acted on."""
+        if claimed is None:
+            if status == 401:
+                return
+            self.close()
+            raise LinkDown(LinkReason.RESPONSE_UNSIGNED,
+                           f"{method} answer {status} carries no shore signature")
+        if not response_signature_matches(self.secret, request, method, target, status,
+                                          answer, claimed):
+            self.close()
+            raise LinkDown(LinkReason.RESPONSE_FORGED,
+                           f"{method} answer {status} is not signed by the shore")
 
     def _open(self) -> http.client.HTTPConnection:
         if self._connection is None:
@@ -267,6 +296,16 @@ class HttpShoreLink:
             if self._connection.sock is not None:
                 self._connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._connection
+
+
+def tls_context(ca_file: str = "", client_cert_file: str = "",
+                client_key_file: str = "") -> ssl.SSLContext:
+    """A verifying client context: only `ca_file`'s CAs when given (pinning the shore's CA),
+    else the system's; presents the client certificate when given."""
+    context = ssl.create_default_context(cafile=ca_file or None)
+    if client_cert_file:
+        context.load_cert_chain(client_cert_file, client_key_file or None)
+    return context
 
 
 def _decompressed(answer: bytes) -> bytes:

@@ -1,6 +1,7 @@
-"""Request signing for /sync/v1, shared by the ship (which signs) and the shore (which checks).
+"""Request and response signing for /sync/v1, shared by the ship and the shore.
 
-HMAC-SHA256 over method, path with query, node, timestamp, request id and the body's SHA-256.
+HMAC-SHA256 with the node's secret: requests over method, path with query, node, timestamp,
+request id and the body's SHA-256; answers over that request plus the status and body digest.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import datetime as dt
 import hashlib
 import hmac
 import re
+from collections.abc import Mapping
 
 NODE_HEADER = "Tidesync-Node"
 TIMESTAMP_HEADER = "Tidesync-Timestamp"
@@ -54,3 +56,35 @@ def sign_request(node_id: str, secret: bytes, method: str, path_with_query: str,
         CONTENT_SHA256_HEADER: digest,
         SIGNATURE_HEADER: signature(secret, canonical),
     }
+
+
+# ----------------------------------------------------------------------------- responses
+
+RESPONSE_SIGNATURE_HEADER = "Tidesync-Response-Signature"
+RESPONSE_SCHEME = "TIDESYNC-HMAC-SHA256-RESPONSE"
+"""A different first line than requests': a request signature never passes as an answer's."""
+
+
+def canonical_response(method: str, path_with_query: str, node_id: str, timestamp: str,
+                       request_id: str, status: int, body_sha256: str) -> bytes:
+    """The bytes the shore signs for one answer: the request it answers (as the ship sent it)
+    plus the status and the body's SHA-256, one field per line."""
+    return "\n".join((RESPONSE_SCHEME, method.upper(), path_with_query, node_id, timestamp,
+                      request_id, str(status), body_sha256)).encode("utf-8")
+
+
+def sign_response(secret: bytes, request: Mapping[str, str], method: str,
+                  path_with_query: str, status: int, body: bytes) -> str:
+    """The signature of an answer to the request whose signed headers are `request`."""
+    canonical = canonical_response(method, path_with_query, request[NODE_HEADER],
+                                   request[TIMESTAMP_HEADER], request[REQUEST_ID_HEADER],
+                                   status, hashlib.sha256(body).hexdigest())
+    return signature(secret, canonical)
+
+
+def response_signature_matches(secret: bytes, request: Mapping[str, str], method: str,
+                               path_with_query: str, status: int, body: bytes,
+                               claimed: str) -> bool:
+    """True if `claimed` is the node secret's signature of this answer to this request."""
+    expected = sign_response(secret, request, method, path_with_query, status, body)
+    return hmac.compare_digest(expected, claimed.strip().lower())
