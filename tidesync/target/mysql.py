@@ -155,6 +155,11 @@ class MySQLTargetApplier(CompareAndSetApplier):
     # -- CompareAndSetApplier primitives ------------------------------------------------------
 
     def _inspect(self, database: str, table: str) -> TableShape | TargetOutcome:
+        # MySQL names hold only characters of the Basic Multilingual Plane (utf8mb3): asking
+        # information_schema about any other name fails the whole chunk (error 1267).
+        if max(map(ord, database + table), default=0) > 0xFFFF:
+            return reject_template(RejectReason.INVALID_NAME,
+                                   "a database or table name MySQL cannot hold")
         state = self._state(database, table)
         if not state.exists:
             return reject_template(RejectReason.UNKNOWN_TABLE, f"table {table} does not exist")
