@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from tests.integration.shore_support import (
 )
 from tests.integration.test_shore_work_crash import run_worker, worker_env
 from tidesync.domain.apply_job import apply_job_id
+from tidesync.localservices import PostgresDatabase
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.target.mysql_schema import enable_mysql_table
 
@@ -51,8 +53,20 @@ def lease_expired(pool) -> bool:
     return rows == [(True,)]
 
 
+@pytest.fixture
+def own_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: the workers here take any partition with work, and the checks
+    read the whole apply index."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
+
+
 def test_a_worker_resumed_after_its_lease_cannot_touch_the_new_owners_partition(
-        pg_database, shore_mariadb, make_mariadb_database, tmp_path):
+        own_database, shore_mariadb, make_mariadb_database, tmp_path):
+    pg_database = own_database
     database = make_mariadb_database(shore_mariadb)
     conn = shore_mariadb.connect(database=database, autocommit=True)
     with conn.cursor() as cursor:

@@ -28,15 +28,18 @@ from tidesync.domain.node import secret_text
 from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.signing import RESPONSE_SIGNATURE_HEADER, sign_response
 
 pytestmark = pytest.mark.services
 
 REPOSITORY = Path(__file__).resolve().parents[2]
+SHIP_SECRET = secrets.token_bytes(32)
 
 
 @contextmanager
 def serving(shore: FakeShore) -> Iterator[str]:
-    """The fake shore over HTTP with zstd bodies (signatures are not checked here)."""
+    """The fake shore over HTTP with zstd bodies. It does not check the ship's signatures but
+    signs its answers as the shore does (the ship acts on no unsigned answer)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
@@ -48,6 +51,8 @@ def serving(shore: FakeShore) -> Iterator[str]:
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Encoding", "zstd")
             self.send_header("Content-Length", str(len(body)))
+            self.send_header(RESPONSE_SIGNATURE_HEADER, sign_response(
+                SHIP_SECRET, self.headers, self.command, self.path, 200, body))
             self.end_headers()
             self.wfile.write(body)
 
@@ -83,7 +88,7 @@ def ship_env(url: str, state_path: Path, instance: object, bootstrap: str,
     env = {key: value for key, value in os.environ.items() if not key.startswith("TIDESYNC_")}
     env.update({
         "TIDESYNC_SHIP__NODE_ID": SHIP_NODE, "TIDESYNC_SHIP__SHORE_URL": url,
-        "TIDESYNC_SHIP__SECRET": secret_text(secrets.token_bytes(32)),
+        "TIDESYNC_SHIP__SECRET": secret_text(SHIP_SECRET),
         "TIDESYNC_SHIP__STATE_PATH": str(state_path),
         "TIDESYNC_SHIP__KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         # No CDC topic matches: this test is about the downlink only.
