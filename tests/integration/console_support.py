@@ -170,6 +170,13 @@ class ConsoleWorld:
         return str(row[0])
 
 
+
+def data(body: dict[str, Any]) -> Any:
+    """The data of a GraphQL answer that must carry no errors."""
+    assert "errors" not in body, body
+    return body["data"]
+
+
 @contextmanager
 def console_world(target: MariaDBInstance,
                   settings: ConsoleSettings = TEST_SETTINGS) -> Iterator[ConsoleWorld]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.console_support import ConsoleWorld, config_for, console_world
+from tests.integration.console_support import ConsoleWorld, config_for, console_world, data
 from tests.integration.shore_support import ShipLog, receive
 from tidesync.domain.change_event import (
     ChangeEvent,
@@ -39,10 +39,6 @@ def world(pg_database, shore_mariadb):
     with console_world(shore_mariadb) as world:
         yield world
 
-
-def data(body: dict[str, Any]) -> Any:
-    assert "errors" not in body, body
-    return body["data"]
 
 
 def error_codes(body: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.console_support import ConsoleWorld, config_for, console_world
+from tests.integration.console_support import ConsoleWorld, config_for, console_world, data
 from tidesync.domain.conflict_case import key_digest
 from tidesync.domain.evidence import evidence_digest
 from tidesync.entrypoints.cli import main
@@ -47,10 +47,6 @@ def world(pg_database, shore_mariadb):
     with console_world(shore_mariadb) as world:
         yield world
 
-
-def data(body: dict[str, Any]) -> Any:
-    assert "errors" not in body, body
-    return body["data"]
 
 
 def extensions(body: dict[str, Any]) -> list[dict[str, Any]]:
