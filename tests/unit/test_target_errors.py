@@ -13,8 +13,8 @@ import sqlite3
 import pymysql
 import pytest
 
+from tidesync.domain.column_kinds import ColumnKind, column_type
 from tidesync.target.cas import DuplicatePrimaryKey, StatementRejected
-from tidesync.target.column_kinds import ColumnKind, column_type
 from tidesync.target.contract import (
     CommitOutcomeUnknown,
     RejectReason,

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from tidesync.domain.column_kinds import ColumnKind, ColumnType
 from tidesync.domain.values import BitString, JsonText, Value
-from tidesync.target.column_kinds import ColumnKind, ColumnType
 
 
 def _naive_utc(value: dt.datetime) -> dt.datetime:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from tidesync.domain.change_event import Revision
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.column_kinds import ColumnKind, ColumnType
 from tidesync.domain.sync_columns import (
     EVENT_ID_COLUMN,
     ORIGIN_COLUMN,
@@ -34,7 +35,6 @@ from tidesync.target.cas import (
     parse_revision,
     reject_template,
 )
-from tidesync.target.column_kinds import ColumnKind, ColumnType
 from tidesync.target.contract import (
     LEDGER_TABLE,
     CommitOutcomeUnknown,

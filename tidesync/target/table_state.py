@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from tidesync.domain.column_kinds import ColumnKind, ColumnType, column_type
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.sync_columns import (
     EVENT_ID_COLUMN,
@@ -19,7 +20,6 @@ from tidesync.domain.sync_columns import (
     ORIGIN_COLUMN,
     REVISION_COLUMN,
 )
-from tidesync.target.column_kinds import ColumnKind, ColumnType, column_type
 from tidesync.target.contract import LEDGER_TABLE
 
 SQLITE_SESSION_TABLE = "_sync_session"
