@@ -430,7 +430,15 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     problems += config.validate()
     if problems:
         raise ConfigError(problems)
-    return config
+    return _absolute_master_key(config)
+
+
+def _absolute_master_key(config: Config) -> Config:
+    """The master key file as an absolute path (from the working directory, as every relative
+    path), so logs, errors and `config show` name the one file every process must share."""
+    absolute = str(Path(config.shore.master_key_file).absolute())
+    return dataclasses.replace(config, shore=dataclasses.replace(config.shore,
+                                                                master_key_file=absolute))
 
 
 def _read_file(path: Path, raw: dict[str, dict[str, tuple[object, str]]],

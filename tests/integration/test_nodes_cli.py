@@ -80,3 +80,14 @@ def test_node_commands_and_their_errors(workdir: Path,
     assert listed["revoke_reason"] == "sold"
     code, out, _ = run(capsys, "nodes", "list")
     assert code == 0 and "ship-1" in out and "REVOKED" in out
+
+
+def test_a_lost_key_file_is_never_replaced_once_nodes_are_registered(
+    workdir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(capsys, "nodes", "register", "ship-1")[0] == 0
+    key_file = workdir / "tidesync-data" / "master.key"
+    key_file.unlink()
+    code, _, err = run(capsys, "nodes", "register", "ship-2")
+    assert code == 1 and f"master key file {key_file} does not exist" in err
+    assert not key_file.exists()  # no new key that would open none of the sealed secrets

@@ -25,7 +25,7 @@ from tidesync.apps.nodes import (
     NodesApplication,
     NodeService,
 )
-from tidesync.config import ShoreConfig
+from tidesync.config import ShoreConfig, load_config
 from tidesync.domain.node import (
     InvalidNodeId,
     Node,
@@ -263,3 +263,12 @@ def test_the_shores_own_ids_are_never_registered(app: NodesApplication) -> None:
     assert service.register("ship-1", ACTOR, NOW).secret
     with pytest.raises(NodeIdReserved):
         NodeService(app, SecretBox(KEY)).register("shore", ACTOR, NOW)
+
+
+def test_the_key_file_setting_is_made_absolute(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(env={"TIDESYNC_SHORE__MASTER_KEY_FILE": "keys/master.key"})
+    assert config.shore.master_key_file == str(tmp_path / "keys" / "master.key")
+    assert load_config(env={}).shore.master_key_file == str(
+        tmp_path / "tidesync-data" / "master.key")

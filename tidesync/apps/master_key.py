@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
 import stat
 from pathlib import Path
@@ -15,6 +16,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from tidesync.domain.errors import ErrorCode, TidesyncError
+
+log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 _NONCE_BYTES = 12
@@ -58,6 +61,8 @@ def _create_key_file(path: Path) -> None:
         return
     with os.fdopen(descriptor, "w", encoding="ascii") as file:
         file.write(key_text)
+    log.warning("created a new master key in %s: keep a copy; node secrets cannot be opened"
+                " without it", path.resolve())
 
 
 def _decode_key(text: str, origin: str) -> bytes:

@@ -35,9 +35,15 @@ def secret_box(shore: ShoreConfig, *, create: bool = False) -> SecretBox:
 @contextmanager
 def open_node_service(config: Config, *, sealing: bool) -> Iterator[NodeService]:
     """Node commands over the configured event store; `sealing` (register, rotate) opens the
-    master key, creating its file when missing."""
-    box = secret_box(config.shore, create=True) if sealing else None
+    master key, creating its file when it is missing and no node is registered yet."""
     app = NodesApplication(env=event_store_env(config.event_store))
+    try:
+        # A key is created only for the first node: once secrets are sealed, a missing key
+        # file means a wrong path or a lost key, and a new key would open none of them.
+        box = secret_box(config.shore, create=not app.node_ids()) if sealing else None
+    except BaseException:
+        app.close()
+        raise
     # The shore's own origin ids are never a ship's: rows it writes carry them.
     reserved = frozenset({config.target.node_id, config.ship.shore_node_id} - {""})
     try:
