@@ -109,3 +109,12 @@ def test_a_request_with_the_wrong_secret_gets_an_unsigned_401(shore: Shore) -> N
     with pytest.raises(ShoreRefused) as refused:
         link.heartbeat(heartbeat(shore.node_id))
     assert (refused.value.status, refused.value.reason) == (401, "AUTH_BAD_SIGNATURE")
+
+
+def test_a_certificate_of_another_node_is_refused(shore: Shore) -> None:
+    # The signing secret is this node's, but the certificate was issued to another ship.
+    client = shore.ca.client("ship-somewhere-else")
+    link = shore.link((shore.ca.cert_file, client.cert_file, client.key_file))
+    with pytest.raises(ShoreRefused) as refused:
+        link.heartbeat(heartbeat(shore.node_id))
+    assert (refused.value.status, refused.value.reason) == (401, "AUTH_IDENTITY_MISMATCH")

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 import tidesync
 from tidesync.bootstrap.console import build_console
@@ -125,6 +126,42 @@ class ServerTls:
         return options
 
 
+class CertificateIdentityProtocol(H11Protocol):
+    """uvicorn's h11 protocol, telling the app which client certificate the connection proved.
+
+    uvicorn verifies client certificates but leaves them out of the ASGI scope; this puts the
+    subject into the ASGI TLS extension (`extensions.tls.client_cert_name`, RFC 4514), so the
+    sync API matches the certificate's name to the node that signed the request.
+    """
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        name = certificate_name(transport.get_extra_info("ssl_object"))
+        if name is None:
+            return
+        inner = self.app
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            scope.setdefault("extensions", {})["tls"] = {"client_cert_name": name,
+                                                         "client_cert_error": None}
+            await inner(scope, receive, send)
+
+        self.app = app
+
+
+def certificate_name(ssl_object: ssl.SSLObject | None) -> str | None:
+    """The RFC 4514 subject of the peer's verified certificate, or None without one."""
+    if ssl_object is None:
+        return None
+    certificate = ssl_object.getpeercert()
+    if not certificate:
+        return None
+    subject: Any = certificate.get("subject", ())
+    parts = [f"{'CN' if key == 'commonName' else key}={value}"
+             for rdn in subject for key, value in rdn]
+    return ",".join(reversed(parts)) or None
+
+
 def build_server(config: Config) -> uvicorn.Server:
     """A uvicorn server for the app; `server.servers[0].sockets` tell the bound port once up."""
     return build_server_for(create_app(config), config.shore.listen_host,
@@ -137,7 +174,8 @@ def build_server_for(app: Starlette, host: str, port: int,
     # trusted-proxy check of client identities relies on.
     uv_config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-        proxy_headers=False, **(tls.uvicorn_options() if tls is not None else {}),
+        proxy_headers=False, http=CertificateIdentityProtocol,
+        **(tls.uvicorn_options() if tls is not None else {}),
     )
     return uvicorn.Server(uv_config)
 
