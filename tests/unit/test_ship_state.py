@@ -100,7 +100,8 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     assert state.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10000
     versions = state.conn.execute("SELECT version, name FROM schema_version").fetchall()
     assert versions == [(1, "0001_state"), (2, "0002_downlink_commands"),
-                        (3, "0003_operator_actions"), (4, "0004_domain_command_kinds")]
+                        (3, "0003_operator_actions"), (4, "0004_domain_command_kinds"),
+                        (5, "0005_rule_switch"), (6, "0006_resend_command_kind")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",

@@ -86,12 +86,12 @@ def test_old_command_kinds_read_as_the_domains_after_migration(tmp_path: Path) -
     try:
         assert again.migrate() == []
         versions = [row[0] for row in again.conn.execute("SELECT version FROM schema_version")]
-        assert versions == [1, 2, 3, 4]
+        assert versions == [1, 2, 3, 4, 5, 6]
     finally:
         again.close()
 
 
-def test_a_new_state_file_takes_both_domain_kinds(tmp_path: Path) -> None:
+def test_a_new_state_file_takes_every_domain_kind(tmp_path: Path) -> None:
     state = SQLiteShipState(tmp_path / "ship.sqlite", NODE, "group-1")
     try:
         for number, kind in enumerate(CommandKind, 1):

@@ -49,6 +49,9 @@ class QueueSettings:
             "fetch.max.bytes": 8 * 1024 * 1024,
             "max.partition.fetch.bytes": 2 * 1024 * 1024,
             "fetch.wait.max.ms": 200,
+            # With the prefetch full, fetch again this soon (librdkafka waits 1 s by default,
+            # which leaves a consumer that drains its prefetch quickly idle most of the time).
+            "fetch.queue.backoff.ms": 20,
             "socket.keepalive.enable": True,
             "log_level": 3,
         }
@@ -171,6 +174,17 @@ class KafkaQueue:
         except KafkaException:
             return None
         return int(high) if high is not None and high >= 0 else None
+
+    def first_offset(self, key: PartitionKey) -> int | None:
+        """The oldest offset the broker still holds for the partition (asked now, not
+        cached: retention moves it), or None when the broker cannot say."""
+        try:
+            low, _ = self.consumer.get_watermark_offsets(
+                TopicPartition(key.topic, key.partition),
+                timeout=self.settings.request_timeout, cached=False)
+        except KafkaException:
+            return None
+        return int(low) if low is not None and low >= 0 else None
 
     def close(self) -> None:
         self.consumer.close()

@@ -1,7 +1,8 @@
 """The DownlinkCommand aggregate: one shore-to-ship command for one node, and its ship answer.
 
-A command is issued once (a shore row change or a conflict decision, §9.4, §11.6) and
-acknowledged at most once; repeated acks change nothing. Payloads are stored type-tagged.
+A command is issued once (a shore row change, a conflict decision or a resend request, §9.4,
+§10.4, §11.6) and acknowledged at most once; repeated acks change nothing. Payloads are stored
+type-tagged.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ DOWNLINK_NAMESPACE = uuid.UUID("2f6c8e0a-41d3-5b97-8c2e-6a0f4b1d9e73")
 class CommandKind(enum.StrEnum):
     ROW_CHANGE = "ROW_CHANGE"
     CONFLICT_DECISION = "CONFLICT_DECISION"
+    RESEND = "RESEND"
+    """Upload a partition's events again from a source_sequence the shore is missing."""
 
 
 class CommandResult(enum.StrEnum):
@@ -71,9 +74,21 @@ def command_id_for(node_id: str, kind: CommandKind, source_id: uuid.UUID) -> uui
     return uuid.uuid5(DOWNLINK_NAMESPACE, f"{node_id}\x1f{kind.value}\x1f{source_id}")
 
 
+def resend_source_id(topic: str, partition: int, replay_epoch: int,
+                     from_sequence: int) -> uuid.UUID:
+    """The source of a resend request: the partition, its replay epoch and the first missing
+    sequence, so a gap found stalled again asks once (with the node, in `command_id_for`)."""
+    return uuid.uuid5(DOWNLINK_NAMESPACE,
+                      f"resend\x1f{topic}\x1f{partition}\x1f{replay_epoch}\x1f{from_sequence}")
+
+
 def needs_follow_up(kind: CommandKind, result: CommandResult) -> bool:
     """Acks the shore must act on: every decision ack (the conflict moves on), and any row
-    change the ship did not apply (a conflict to open, or a rejection to look at)."""
+    change the ship did not apply (a conflict to open, or a rejection to look at). A resend
+    answer needs none: its partition applies once the events arrive, and a refused one stays
+    GAP_STALLED with the ship's reason on the command."""
+    if kind is CommandKind.RESEND:
+        return False
     return kind is CommandKind.CONFLICT_DECISION or result in (
         CommandResult.COMMAND_CONFLICT_REPORTED, CommandResult.COMMAND_REJECTED)
 
@@ -116,9 +131,14 @@ class RowChangePayload:
     result_revision: Revision | None
     origin_node_id: str
     origin_event_id: uuid.UUID
+    rule_id: str = ""
+    """The sync rule the change was shaped by for the node ("" without rules)."""
+    rule_version: int | None = None
+    by_key: bool = False
+    """The node's table carries no sync metadata (a DOWNLINK-only rule): applied by key."""
 
     def to_json(self) -> dict[str, object]:
-        return {
+        document: dict[str, object] = {
             "record": self.record.canonical(), "operation": self.operation.value,
             "values": image_to_json(self.values),
             "expected_local_revision": _revision_text(self.expected_local_revision),
@@ -126,14 +146,21 @@ class RowChangePayload:
             "origin_node_id": self.origin_node_id,
             "origin_event_id": str(self.origin_event_id),
         }
+        if self.rule_id:
+            document.update(rule_id=self.rule_id, rule_version=self.rule_version)
+        if self.by_key:
+            document["by_key"] = True
+        return document
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> RowChangePayload:
+        version = raw.get("rule_version")
         return cls(
             parse_record_key(str(raw["record"])), Operation(str(raw["operation"])),
             image_from_json(raw.get("values")), _revision(raw.get("expected_local_revision")),
             _revision(raw.get("result_revision")), str(raw["origin_node_id"]),
-            uuid.UUID(str(raw["origin_event_id"])),
+            uuid.UUID(str(raw["origin_event_id"])), str(raw.get("rule_id") or ""),
+            None if version is None else int(version), bool(raw.get("by_key", False)),
         )
 
 
@@ -175,16 +202,45 @@ class DecisionPayload:
         )
 
 
-Payload = RowChangePayload | DecisionPayload
+@dataclass(frozen=True)
+class ResendPayload:
+    """A resend request (ResendRequest): the shore holds a source partition's events up to
+    `from_sequence - 1` and waits for `from_sequence` past the gap deadline (§10.4)."""
+
+    topic: str
+    partition: int
+    replay_epoch: int
+    from_sequence: int
+
+    def to_json(self) -> dict[str, object]:
+        return {"topic": self.topic, "partition": self.partition,
+                "replay_epoch": self.replay_epoch, "from_sequence": self.from_sequence}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ResendPayload:
+        return cls(str(raw["topic"]), int(raw["partition"]), int(raw["replay_epoch"]),
+                   int(raw["from_sequence"]))
+
+    @property
+    def source_id(self) -> uuid.UUID:
+        return resend_source_id(self.topic, self.partition, self.replay_epoch,
+                                self.from_sequence)
+
+
+Payload = RowChangePayload | DecisionPayload | ResendPayload
 
 
 def payload_from_json(kind: CommandKind, raw: Mapping[str, Any]) -> Payload:
     if kind is CommandKind.ROW_CHANGE:
         return RowChangePayload.from_json(raw)
+    if kind is CommandKind.RESEND:
+        return ResendPayload.from_json(raw)
     return DecisionPayload.from_json(raw)
 
 
 def kind_of(payload: Payload) -> CommandKind:
+    if isinstance(payload, ResendPayload):
+        return CommandKind.RESEND
     return (CommandKind.ROW_CHANGE if isinstance(payload, RowChangePayload)
             else CommandKind.CONFLICT_DECISION)
 
@@ -212,7 +268,7 @@ class NewCommand:
     node_id: str
     kind: CommandKind
     source_id: uuid.UUID
-    payload: RowChangePayload | DecisionPayload
+    payload: Payload
     conflict_id: uuid.UUID | None = None
     actor: str = "system:shore"
     reason: str = ""

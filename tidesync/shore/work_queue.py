@@ -64,6 +64,9 @@ class Claim:
     """A job whose lease expired before it finished: this claim takes its events over."""
     gap_detected_at: dt.datetime | None = None
     """When the partition's current sequence gap was first seen (injected clock), if any."""
+    fk_wait_since: dt.datetime | None = None
+    """When the partition began waiting for a foreign key to resolve (injected clock), if
+    it is waiting."""
     owner: str = ""
     lease_token: int = 0
     """The fencing token of this lease: each claim of a partition takes the next one."""
@@ -154,6 +157,10 @@ class WorkQueue(Protocol):
                         reason_code: str, attempt: int,
                         resume_sequence: int | None) -> list[Statement]: ...
 
+    def fk_wait_statements(self, claim: Claim, event_ids: Sequence[str], now: dt.datetime,
+                           not_before: dt.datetime, resume_sequence: int | None
+                           ) -> list[Statement]: ...
+
     def unlease_statements(self, claim: Claim, *, attempts: int = 0,
                            next_sequence: int | None = None) -> list[Statement]: ...
 
@@ -231,13 +238,15 @@ class PostgresWorkQueue:
                 return None
             partition = SourcePartition(*row[:4])
             job_no, attempts, next_sequence, previous_job_id, gap_detected_at = row[4:9]
+            fk_wait_since = row[9]
             events = self._open_events(conn, partition, max_events)
             if not events:
                 return None
             claim = self._lease(conn, partition, job_no, attempts, next_sequence, events,
                                 worker, now, lease_seconds)
             return dataclasses.replace(claim, previous_job_id=previous_job_id,
-                                       gap_detected_at=gap_detected_at)
+                                       gap_detected_at=gap_detected_at,
+                                       fk_wait_since=fk_wait_since)
 
     def _discovery_due(self, now: dt.datetime) -> bool:
         return _discovery_due(self, now)
@@ -374,6 +383,24 @@ class PostgresWorkQueue:
                  (not_before, attempt, resume_sequence, *claim.fence()))]
 
     @staticmethod
+    def fk_wait_statements(claim: Claim, event_ids: Sequence[str], now: dt.datetime,
+                           not_before: dt.datetime, resume_sequence: int | None
+                           ) -> list[Statement]:
+        """Hold the partition until `not_before`, waiting for a foreign key to resolve: its
+        waiting events show FK_WAITING, and the wait's start is kept (the deadline runs from
+        it); no retry attempt is counted."""
+        return [("UPDATE inbox_event SET reason_code = 'FK_WAITING'"
+                 " WHERE origin_node_id = %s AND event_id = ANY(%s::uuid[]) AND state = 'PENDING'",
+                 (claim.partition.origin_node_id, list(event_ids))),
+                ("UPDATE apply_partition SET not_before = %s,"
+                 " fk_wait_since = COALESCE(fk_wait_since, %s),"
+                 " next_sequence = COALESCE(%s, next_sequence), current_job_id = NULL,"
+                 " lease_owner = NULL, lease_expires_at = NULL WHERE"
+                 " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
+                 " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
+                 (not_before, now, resume_sequence, *claim.fence()))]
+
+    @staticmethod
     def dead_statements(claim: Claim, event_ids: Sequence[str], error_class: str,
                         reason_code: str, attempt: int,
                         resume_sequence: int | None) -> list[Statement]:
@@ -393,7 +420,7 @@ class PostgresWorkQueue:
             "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
             " current_job_id = NULL, not_before = NULL, attempts = %s,"
             " next_sequence = COALESCE(%s, next_sequence),"
-            " gap_at_sequence = NULL, gap_detected_at = NULL WHERE"
+            " gap_at_sequence = NULL, gap_detected_at = NULL, fk_wait_since = NULL WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
             " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
             (attempts, next_sequence, *claim.fence()),
@@ -412,7 +439,8 @@ class PostgresWorkQueue:
         return [*stalled, (
             "UPDATE apply_partition SET lease_owner = NULL, lease_expires_at = NULL,"
             " current_job_id = NULL, attempts = 0, next_sequence = %s, gap_at_sequence = %s,"
-            " gap_detected_at = COALESCE(gap_detected_at, %s), not_before = %s WHERE"
+            " gap_detected_at = COALESCE(gap_detected_at, %s), not_before = %s,"
+            " fk_wait_since = NULL WHERE"
             " origin_node_id = %s AND source_topic = %s AND source_partition = %s"
             " AND replay_epoch = %s AND lease_owner = %s AND lease_token = %s",
             (missing_sequence, missing_sequence, now, recheck_at, *claim.fence()),
@@ -546,7 +574,8 @@ def _by_job(rows: Sequence[Sequence[object]]) -> dict[uuid.UUID, list[ReplayItem
 
 _CLAIMABLE_PARTITION = (
     "SELECT p.origin_node_id, p.source_topic, p.source_partition, p.replay_epoch,"
-    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id, p.gap_detected_at"
+    " p.next_job_no, p.attempts, p.next_sequence, p.current_job_id, p.gap_detected_at,"
+    " p.fk_wait_since"
     " FROM apply_partition p"
     # Database time on both sides (see `_lease`).
     " WHERE (p.lease_expires_at IS NULL OR p.lease_expires_at < clock_timestamp())"
