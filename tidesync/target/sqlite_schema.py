@@ -8,26 +8,42 @@ the start of its write transaction and back to 0 before COMMIT, so the committed
 0 and no other connection can ever see 1 (SQLite has one writer at a time). The fix-up UPDATE
 does not fire the AFTER UPDATE trigger again as long as `PRAGMA recursive_triggers` stays off
 (SQLite's default).
+
+SQLite has no invisible columns: the metadata columns stay visible to `SELECT *`, and an
+`INSERT` must name its columns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tidesync.domain.sync_columns import (
     EVENT_ID_COLUMN,
+    METADATA_COLUMNS,
     ORIGIN_COLUMN,
     REVISION_COLUMN,
     UPDATED_AT_COLUMN,
 )
+from tidesync.target.backfill import (
+    RANDOM_REVISIONS,
+    BackfillOptions,
+    business_columns,
+    key_after,
+    key_after_params,
+)
 from tidesync.target.contract import LEDGER_TABLE
 from tidesync.target.table_state import (
     SQLITE_SESSION_TABLE,
+    BusinessTrigger,
     EnableReport,
     SchemaError,
     TableState,
     check_node_id,
+    is_our_trigger,
     trigger_names,
 )
 
@@ -56,7 +72,7 @@ def inspect_sqlite_table(connection: sqlite3.Connection, table: str) -> TableSta
     """The same view of a table in the connection's main database."""
     rows = connection.execute(f"PRAGMA main.table_xinfo({sqlite_quote(table)})").fetchall()
     visible = [row for row in rows if row[6] == 0]
-    state = TableState("main", table, exists=bool(visible))
+    state = TableState("main", table, exists=bool(visible), can_hide_columns=False)
     if not visible:
         return state
     state.columns = {str(row[1]): str(row[2] or "") for row in visible}
@@ -65,18 +81,35 @@ def inspect_sqlite_table(connection: sqlite3.Connection, table: str) -> TableSta
     state.primary_key = tuple(str(row[1]) for row in sorted(
         (row for row in visible if row[5] > 0), key=lambda row: int(row[5])))
     ours = trigger_names(table)
-    state.triggers = {
-        str(name): str(text) for name, text in connection.execute(
-            "SELECT name, sql FROM main.sqlite_master WHERE type = 'trigger' AND tbl_name = ?",
-            (table,))
-        if name in ours
-    }
+    triggers = [(str(name), str(text)) for name, text in connection.execute(
+        "SELECT name, sql FROM main.sqlite_master WHERE type = 'trigger' AND tbl_name = ?"
+        " ORDER BY name", (table,))]
+    state.triggers = {name: text for name, text in triggers if name in ours}
+    state.business_triggers = [_business_trigger(name, text) for name, text in triggers
+                               if not is_our_trigger(name)]
     tables = {str(name) for (name,) in connection.execute(
         "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name IN (?, ?)",
         (LEDGER_TABLE, SQLITE_SESSION_TABLE))}
     state.ledger = LEDGER_TABLE in tables
     state.session_table = SQLITE_SESSION_TABLE in tables
     return state
+
+
+_TRIGGER_HEAD = re.compile(
+    r"\s*CREATE\s+(?:TEMP\s+|TEMPORARY\s+)?TRIGGER\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?:\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|\S+?)\s*"
+    r"(?:\.\s*(?:\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|\S+?)\s*)?"
+    r"(BEFORE|AFTER|INSTEAD\s+OF)?\s*(DELETE|INSERT|UPDATE)\b", re.IGNORECASE)
+
+
+def _business_trigger(name: str, text: str) -> BusinessTrigger:
+    """A business trigger as its CREATE TRIGGER text declares it (BEFORE when unsaid)."""
+    match = _TRIGGER_HEAD.match(text)
+    timing = " ".join((match.group(1) or "BEFORE").upper().split()) if match else "?"
+    event = match.group(2).upper() if match else "?"
+    # A SQLite trigger of either timing can UPDATE the row being written.
+    return BusinessTrigger(name, timing, event, guarded=SQLITE_SESSION_TABLE in text,
+                           changes_row=True)
 
 
 def sqlite_trigger_sql(table: str, primary_key: Iterable[str], node_id: str) -> tuple[str, str]:
@@ -97,15 +130,16 @@ def sqlite_trigger_sql(table: str, primary_key: Iterable[str], node_id: str) -> 
     return create(insert_name, "INSERT"), create(update_name, "UPDATE")
 
 
-def enable_sqlite_table(connection: sqlite3.Connection, table: str, node_id: str) -> EnableReport:
-    """The SQLite twin of `enable_mysql_table`, in one transaction (SQLite has transactional DDL).
+def enable_sqlite_table(connection: sqlite3.Connection, table: str, node_id: str, *,
+                        backfill: BackfillOptions = RANDOM_REVISIONS) -> EnableReport:
+    """The SQLite twin of `enable_mysql_table`: the schema in one transaction (SQLite has
+    transactional DDL), then the back-fill a chunk per transaction, then the triggers.
 
     `connection` must be in autocommit mode (isolation_level=None).
     """
     check_node_id(node_id)
     report = EnableReport("main", table)
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with _transaction(connection):
         state = inspect_sqlite_table(connection, table)
         if not state.exists:
             raise SchemaError(f"table {table} does not exist")
@@ -115,13 +149,24 @@ def enable_sqlite_table(connection: sqlite3.Connection, table: str, node_id: str
             raise SchemaError(f"table {table}: " + "; ".join(state.metadata_problems()))
         _sqlite_session_and_ledger(connection, state, report)
         _add_sqlite_columns(connection, state, report)
-        _backfill_sqlite(connection, state, node_id, report)
+    _backfill_sqlite(connection, state, node_id, report, backfill)
+    with _transaction(connection):
         _create_sqlite_triggers(connection, state, node_id, report)
+    report.notes.append("metadata columns stay visible: SQLite cannot hide columns"
+                        " (SELECT * shows them; INSERT needs a column list)")
+    report.notes += [trigger.describe() for trigger in state.business_triggers]
+    return report
+
+
+@contextlib.contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
         raise
-    return report
 
 
 def _sqlite_session_and_ledger(connection: sqlite3.Connection, state: TableState,
@@ -155,14 +200,68 @@ def _add_sqlite_columns(connection: sqlite3.Connection, state: TableState,
 
 
 def _backfill_sqlite(connection: sqlite3.Connection, state: TableState, node_id: str,
-                     report: EnableReport) -> None:
-    count = connection.execute(
-        f"UPDATE {sqlite_quote(state.table)} SET {REVISION_COLUMN} = {_SQLITE_UUID},"  # noqa: S608
-        f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = NULL, {UPDATED_AT_COLUMN} = {SQLITE_UTC_NOW}"
-        f" WHERE {REVISION_COLUMN} = '' OR {REVISION_COLUMN} IS NULL", (node_id,),
-    ).rowcount
-    report.actions.append(f"back-filled {count} rows with fresh revisions" if count else
-                          "unchanged: every row has a revision")
+                     report: EnableReport, options: BackfillOptions) -> None:
+    """Stamp rows without a revision, a chunk per transaction, as a remote apply: business
+    triggers guarded by the control table's flag (and ours, on a second enable) leave the rows
+    alone. Rows already stamped are skipped, so a second run continues an interrupted one."""
+    table = sqlite_quote(state.table)
+    pending = f"({REVISION_COLUMN} = '' OR {REVISION_COLUMN} IS NULL)"
+    total = int(connection.execute(
+        f"SELECT COUNT(*) FROM {table} WHERE {pending}").fetchone()[0])  # noqa: S608
+    if not total:
+        report.actions.append("unchanged: every row has a revision")
+        return
+    options.check_can_stamp(state.table, total)
+    firing = [trigger for trigger in state.business_triggers_on("UPDATE") if not trigger.guarded]
+    before = _business_checksum(connection, state) if firing else None
+    key = [sqlite_quote(name) for name in state.primary_key]
+    business = business_columns(state)
+    selected = ", ".join(key + [sqlite_quote(name) for name in business])
+    update = (f"UPDATE {table} SET {REVISION_COLUMN} = ?, {ORIGIN_COLUMN} = ?,"  # noqa: S608
+              f" {EVENT_ID_COLUMN} = NULL, {UPDATED_AT_COLUMN} = {SQLITE_UTC_NOW}"
+              f" WHERE {' AND '.join(f'{name} IS ?' for name in key)} AND {pending}")
+    width = len(key)
+    done = 0
+    last: tuple[object, ...] | None = None
+    while True:
+        after = "" if last is None else f" AND {key_after(key, '?')}"
+        rows = connection.execute(
+            f"SELECT {selected} FROM {table} WHERE {pending}{after}"  # noqa: S608
+            f" ORDER BY {', '.join(key)} LIMIT {options.chunk_rows}",
+            () if last is None else key_after_params(last)).fetchall()
+        if not rows:
+            break
+        params = [(options.revision(list(zip(state.primary_key, row[:width], strict=True)),
+                                    list(zip(business, row[width:], strict=True))).text,
+                   node_id, *row[:width]) for row in rows]
+        with _transaction(connection):
+            connection.execute(f"UPDATE {SQLITE_SESSION_TABLE} SET remote_apply = 1"  # noqa: S608
+                               " WHERE id = 1")
+            done += connection.executemany(update, params).rowcount
+            connection.execute(f"UPDATE {SQLITE_SESSION_TABLE} SET remote_apply = 0"  # noqa: S608
+                               " WHERE id = 1")
+        last = tuple(rows[-1][:width])
+        options.progress(done, max(total, done))
+    report.actions.append(f"back-filled {done} rows with {options.describe()}")
+    if firing and done:
+        names = ", ".join(f"{t.name} ({t.timing} {t.event})" for t in firing)
+        changed = _business_checksum(connection, state) != before
+        report.notes.append(
+            f"the back-fill fired business triggers {names}: business columns "
+            + ("CHANGED during the back-fill" if changed
+               else "unchanged (checksum of every business column)"))
+
+
+def _business_checksum(connection: sqlite3.Connection, state: TableState) -> int:
+    """A hash of every business column of every row (in key order), never the values."""
+    columns = [name for name in state.columns if name not in METADATA_COLUMNS]
+    order = ", ".join(sqlite_quote(name) for name in state.primary_key)
+    digest = hashlib.sha256()
+    for row in connection.execute(
+            f"SELECT {', '.join(f'quote({sqlite_quote(c)})' for c in columns)}"  # noqa: S608
+            f" FROM {sqlite_quote(state.table)} ORDER BY {order}"):
+        digest.update(repr(row).encode())
+    return int.from_bytes(digest.digest()[:8], "big")
 
 
 def _create_sqlite_triggers(connection: sqlite3.Connection, state: TableState, node_id: str,

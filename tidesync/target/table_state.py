@@ -1,5 +1,6 @@
 """What an enabled business table looks like: its state as `target enable` and `target status`
-see it (columns, our triggers, the ledger), and its shape as the appliers use it.
+see it (columns, our triggers, the business triggers, the ledger), and its shape as the
+appliers use it.
 
 Also the rules both databases share: our trigger names, valid node ids, and the status lines.
 """
@@ -28,6 +29,8 @@ NODE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 """Node ids are written into trigger text, so only these characters are allowed."""
 
 _MAX_IDENTIFIER = 64
+_OUR_TRIGGER_PREFIX = "tidesync_"
+"""Every trigger tidesync creates (sync stamping, SQLite capture) is named with this prefix."""
 
 
 class SchemaError(TidesyncError):
@@ -51,6 +54,12 @@ class TableShape:
     revision_as_bytes: bool = False
     generated: frozenset[str] = frozenset()
     """Generated columns: the database computes them, so no write ever names them."""
+    trigger_rewrites: frozenset[str] = frozenset()
+    """The writes ("INSERT", "UPDATE") after which a business trigger may have changed the
+    row itself: the appliers read such rows back to find out."""
+    on_update: frozenset[str] = frozenset()
+    """Columns the server stamps on every UPDATE (`ON UPDATE CURRENT_TIMESTAMP`): an applied
+    update that does not write one sets it to itself, so it keeps the source's value."""
 
     @functools.cached_property
     def key_columns(self) -> frozenset[str]:
@@ -69,6 +78,29 @@ class TableShape:
         return next((column for column in self.columns if column.lower() == lowered), None)
 
 
+@dataclass(frozen=True)
+class BusinessTrigger:
+    """A trigger on an enabled table that is not tidesync's own."""
+
+    name: str
+    timing: str  # BEFORE, AFTER or INSTEAD OF
+    event: str  # INSERT, UPDATE or DELETE
+    guarded: bool
+    """Its text reads the remote-apply flag (so it can tell the shore's applies apart)."""
+    changes_row: bool
+    """It can change the row being written (MySQL: a BEFORE trigger; SQLite: any)."""
+
+    def describe(self) -> str:
+        note = ("reads the remote-apply flag" if self.guarded else
+                "fires again when a row from another node is applied unless guarded"
+                " (docs/shore.md, Business triggers)")
+        return f"business trigger {self.name} ({self.timing} {self.event}): {note}"
+
+
+def is_our_trigger(name: str) -> bool:
+    return name.lower().startswith(_OUR_TRIGGER_PREFIX)
+
+
 @dataclass
 class TableState:
     """What `enable` and `status` see: the table's columns, our triggers and the ledger."""
@@ -83,6 +115,11 @@ class TableState:
     triggers: dict[str, str] = field(default_factory=dict)  # our trigger name → its SQL text
     ledger: bool = False
     session_table: bool = True  # SQLite only: the control table exists
+    business_triggers: list[BusinessTrigger] = field(default_factory=list)
+    invisible_columns: set[str] = field(default_factory=set)
+    on_update_columns: set[str] = field(default_factory=set)
+    """Columns the server rewrites on every UPDATE (MySQL `ON UPDATE CURRENT_TIMESTAMP`)."""
+    can_hide_columns: bool = True  # False for SQLite, which has no invisible columns
 
     def metadata_problems(self) -> list[str]:
         """Metadata columns whose declared type cannot hold what the applier writes."""
@@ -99,6 +136,14 @@ class TableState:
     def trigger_names(self) -> tuple[str, str]:
         return trigger_names(self.table)
 
+    def visible_metadata(self) -> list[str]:
+        """Present metadata columns that `SELECT *` and `INSERT ... VALUES` still see."""
+        return [name for name in METADATA_COLUMNS
+                if name in self.columns and name not in self.invisible_columns]
+
+    def business_triggers_on(self, event: str) -> list[BusinessTrigger]:
+        return [trigger for trigger in self.business_triggers if trigger.event == event]
+
     @property
     def enabled(self) -> bool:
         return (self.exists and bool(self.primary_key) and not self.missing_metadata()
@@ -111,9 +156,13 @@ class TableState:
             for name, kind in self.columns.items()
         }
         revision = self.columns.get(REVISION_COLUMN, "").lower()
+        rewrites = frozenset(trigger.event for trigger in self.business_triggers
+                             if trigger.changes_row and trigger.event in ("INSERT", "UPDATE"))
         return TableShape(self.database, self.table, types, self.primary_key,
                           revision_as_bytes="binary" in revision,
-                          generated=frozenset(self.generated_columns))
+                          generated=frozenset(self.generated_columns),
+                          trigger_rewrites=rewrites,
+                          on_update=frozenset(self.on_update_columns))
 
     def trigger_node_ids(self) -> set[str]:
         """The node ids our triggers stamp on local writes (normally exactly one)."""
@@ -162,6 +211,8 @@ class EnableReport:
     database: str
     table: str
     actions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What a person should know that enable did not change (business triggers, ...)."""
 
     @property
     def changed(self) -> bool:
@@ -182,6 +233,8 @@ def status_lines(state: TableState, expected_node_id: str | None = None) -> list
         declared = state.columns.get(column)
         lines.append(f"  column {column}: {declared if declared else 'missing'}")
     lines += [f"  problem: {problem}" for problem in state.metadata_problems()]
+    if not state.missing_metadata():
+        lines.append(f"  metadata columns: {_visibility(state)}")
     for trigger in state.trigger_names():
         present = "present" if trigger in state.triggers else "missing"
         lines.append(f"  trigger {trigger}: {present}")
@@ -194,4 +247,15 @@ def status_lines(state: TableState, expected_node_id: str | None = None) -> list
     lines.append(f"  ledger {LEDGER_TABLE}: {'present' if state.ledger else 'missing'}")
     if not state.session_table:
         lines.append(f"  control table {SQLITE_SESSION_TABLE}: missing")
+    lines += [f"  {trigger.describe()}" for trigger in state.business_triggers]
     return lines
+
+
+def _visibility(state: TableState) -> str:
+    visible = state.visible_metadata()
+    if not visible:
+        return "invisible"
+    if not state.can_hide_columns:
+        return "visible (SQLite cannot hide columns)"
+    return (f"VISIBLE ({', '.join(visible)}): SELECT * shows them and INSERT without a column"
+            " list fails; run `tidesync target enable` again to hide them")
