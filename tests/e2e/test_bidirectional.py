@@ -169,7 +169,7 @@ class Captures:
 
 @contextmanager
 def fleet(pg_database: Any, servers: dict[str, Any], kafka_broker: Any, tmp_path: Path,
-          policies: str) -> Iterator[Fleet]:
+          policies: str, **shore_settings: Any) -> Iterator[Fleet]:
     token = secrets.token_hex(4)
     database = f"fleet_{token}"
     names = {"shore": "shore", "a": f"ship-a-{token}", "b": f"ship-b-{token}"}
@@ -183,7 +183,7 @@ def fleet(pg_database: Any, servers: dict[str, Any], kafka_broker: Any, tmp_path
         for table in TABLES:
             enable_mysql_table(conns[key], database, table, names[key])
     migrate_postgres(pg_database.dsn)
-    config = make_config(pg_database)
+    config = make_config(pg_database, **shore_settings)
     clock = WallClock()
     secrets_by_node = {}
     with node_service(config) as service:

@@ -68,6 +68,11 @@ class SyncClient:
         return self.request("GET", target, headers=headers)
 
 
+    def config(self, version: str = codec.PROTOCOL_VERSION) -> Answer:
+        headers = {codec.PROTOCOL_VERSION_HEADER: version} if version else {}
+        return self.request("GET", "/sync/v1/config", headers=headers)
+
+
 def send(url: str, method: str, target: str, body: bytes, headers: dict[str, str],
          timeout: float = 60.0) -> Answer:
     parsed = urllib.parse.urlsplit(url)

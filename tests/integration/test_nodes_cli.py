@@ -91,3 +91,31 @@ def test_a_lost_key_file_is_never_replaced_once_nodes_are_registered(
     code, _, err = run(capsys, "nodes", "register", "ship-2")
     assert code == 1 and f"master key file {key_file} does not exist" in err
     assert not key_file.exists()  # no new key that would open none of the sealed secrets
+
+
+def test_groups_and_tags_are_set_shown_and_listed(
+    workdir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(capsys, "nodes", "register", "ship-1")[0] == 0
+    with pytest.raises(SystemExit):
+        main(["nodes", "profile", "ship-1", "--group", "north"])  # --reason is required
+    capsys.readouterr()
+    code, out, _ = run(capsys, "nodes", "profile", "ship-1", "--group", "north-sea",
+                       "--group", "tankers", "--tag", "ice-class", "--reason", "new route")
+    assert code == 0 and "groups north-sea,tankers, tags ice-class" in out
+    code, out, _ = run(capsys, "nodes", "show", "ship-1", "--json")
+    shown = json.loads(out)
+    assert (shown["groups"], shown["tags"]) == (["north-sea", "tankers"], ["ice-class"])
+    code, out, _ = run(capsys, "nodes", "show", "ship-1")
+    assert code == 0 and "groups: north-sea,tankers" in out and "tags: ice-class" in out
+    code, out, _ = run(capsys, "nodes", "list")
+    assert code == 0 and "north-sea,tankers" in out and "ice-class" in out
+    code, _, err = run(capsys, "nodes", "profile", "ship-1", "--group", "North Sea",
+                       "--reason", "typo")
+    assert code == 1 and "must match" in err
+    code, _, err = run(capsys, "nodes", "show", "ship-9")
+    assert code == 1 and "not registered" in err
+    assert run(capsys, "nodes", "profile", "ship-1", "--reason", "left the fleet")[0] == 0
+    (listed,) = [json.loads(line) for line in run(capsys, "nodes", "list", "--json")[1]
+                 .splitlines()]
+    assert (listed["groups"], listed["tags"]) == ([], [])

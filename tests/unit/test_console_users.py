@@ -33,9 +33,10 @@ def test_the_role_matrix():
     p = Permission
     assert ROLE_PERMISSIONS[Role.VIEWER] == {p.VIEW}
     assert ROLE_PERMISSIONS[Role.OPERATOR] == {p.VIEW, p.REPLAY_JOBS, p.REBUILD_PROJECTIONS,
-                                               p.CANCEL_CONFLICTS, p.REDISPATCH_CONFLICTS}
+                                               p.CANCEL_CONFLICTS, p.REDISPATCH_CONFLICTS,
+                                               p.AUTHOR_RULES, p.PUBLISH_RULES}
     assert ROLE_PERMISSIONS[Role.APPROVER] == {p.VIEW, p.READ_EVIDENCE_VALUES,
-                                               p.DECIDE_CONFLICTS}
+                                               p.DECIDE_CONFLICTS, p.APPROVE_RULES}
     assert ROLE_PERMISSIONS[Role.AUDITOR] == {p.VIEW, p.READ_EVIDENCE_VALUES,
                                               p.READ_SENSITIVE_COLUMNS, p.READ_AUDIT}
     assert ROLE_PERMISSIONS[Role.ADMIN] == set(Permission)

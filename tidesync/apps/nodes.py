@@ -1,5 +1,5 @@
 """Node identities (§17.1): the `nodes` application and its commands (register, rotate,
-revoke, list).
+revoke, groups and tags, show, list).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
@@ -20,6 +20,7 @@ from tidesync.domain.node import (
     SECRET_BYTES,
     Node,
     NodeError,
+    NodeProfile,
     NodeStatus,
     check_node_id,
     node_uuid,
@@ -68,9 +69,11 @@ class NodesApplication(Application[uuid.UUID]):
         ids = created_ids(self, Node.Registered)  # type: ignore[attr-defined]
         return [self.repository.get(aggregate_id).node_id for aggregate_id in ids]
 
-
-
-
+    def active_profiles(self) -> dict[str, NodeProfile]:
+        """The groups and tags of every registered node that is not revoked, by node id."""
+        nodes: list[Node] = [self.repository.get(aggregate_id) for aggregate_id in
+                             created_ids(self, Node.Registered)]  # type: ignore[attr-defined]
+        return {node.node_id: node.profile for node in nodes if not node.is_revoked}
 
 
 # ----------------------------------------------------------------------------- commands
@@ -98,6 +101,7 @@ class NodeSummary:
     credentials_expiring: dt.datetime | None
     revoked_at: dt.datetime | None
     revoke_reason: str
+    profile: NodeProfile = field(default_factory=NodeProfile)
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,17 @@ class NodeService:
         node.revoke(now, actor.name, actor.reason, actor.trace_id)
         self.app.save(node)
 
+    def change_profile(self, node_id: str, profile: NodeProfile, actor: Actor,
+                       now: dt.datetime) -> NodeProfile:
+        """Give the node these groups and tags; returns the profile it now has."""
+        node = self.app.node(node_id)
+        node.change_profile(profile, now, actor.name, actor.reason, actor.trace_id)
+        self.app.save(node)
+        return node.profile
+
+    def show(self, node_id: str, now: dt.datetime) -> NodeSummary:
+        return _summary(self.app.node(node_id), now)
+
     def list(self, now: dt.datetime) -> list[NodeSummary]:
         return [_summary(self.app.node(node_id), now) for node_id in self.app.node_ids()]
 
@@ -173,7 +188,7 @@ def _summary(node: Node, now: dt.datetime) -> NodeSummary:
     return NodeSummary(
         node_id=node.node_id, status=node.status, registered_at=node.registered_at,
         valid_credentials=len(valid), credentials_expiring=min(ends) if ends else None,
-        revoked_at=node.revoked_at, revoke_reason=node.revoke_reason,
+        revoked_at=node.revoked_at, revoke_reason=node.revoke_reason, profile=node.profile,
     )
 
 

@@ -3,6 +3,7 @@ target (for current revisions) and the master key (for node secrets)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 from collections.abc import Callable
@@ -12,12 +13,14 @@ from eventsourcing.application import Application
 
 from tidesync.apps.downlink import DownlinkApplication
 from tidesync.apps.master_key import SecretBox, load_master_key
-from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.event_store import postgres_conninfo
 from tidesync.bootstrap.ingress import secret_box
+from tidesync.bootstrap.rules import rule_releases_env, shore_schemas
 from tidesync.bootstrap.shore import view_settings
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config
 from tidesync.graphql.console import Console, ConsoleStores
+from tidesync.ingress.rule_reports import PostgresRuleActivations
 from tidesync.migrations import migrate_postgres
 from tidesync.projections.catalogue import default_catalogue
 from tidesync.shore.conflicts import Pool, PostgresRecordKeys, TargetRevisionReader
@@ -37,10 +40,11 @@ def build_console(config: Config) -> Console:
         return console_digest_key(load_master_key(
             config.shore.master_key, config.shore.master_key_file))
 
-    stores = console_stores(
-        event_store_env(config.event_store), postgres_conninfo(config.event_store), open_target,
+    stores = dataclasses.replace(console_stores(
+        rule_releases_env(config), postgres_conninfo(config.event_store), open_target,
         lambda: secret_box(config.shore), digest_key,
-        config.event_store.postgres_pool_size)
+        config.event_store.postgres_pool_size), rule_schemas=lambda: shore_schemas(config.target),
+        rule_activations=PostgresRuleActivations)
     return Console(config.console, stores, catalogue=default_catalogue(view_settings(config)))
 
 

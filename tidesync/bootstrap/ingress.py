@@ -12,8 +12,10 @@ from typing import Any
 from tidesync.apps.master_key import SecretBox, load_master_key
 from tidesync.apps.nodes import NodesApplication, NodeService
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.rules import LazyRuleReleases
 from tidesync.config import Config, ShoreConfig
 from tidesync.domain.clock import Clock, utc_now
+from tidesync.domain.rules.release import ReleasedRules
 from tidesync.ingress.auth import IdentitySource
 from tidesync.ingress.database import PostgresSyncDatabase, open_pool
 from tidesync.ingress.heartbeats import PostgresHeartbeats
@@ -23,6 +25,7 @@ from tidesync.ingress.nodes import NodeDirectory
 from tidesync.ingress.nonces import PostgresNonceStore
 from tidesync.ingress.receipts import PostgresReceiptsView
 from tidesync.ingress.routes import Ingress, IngressSettings
+from tidesync.ingress.rules import RuleOffer
 from tidesync.ingress.stores import SyncTables
 
 
@@ -55,11 +58,13 @@ def open_node_service(config: Config, *, sealing: bool) -> Iterator[NodeService]
 def build_ingress(
     config: Config, *, clock: Clock | None = None,
     monotonic: Callable[[], float] = time.monotonic, sync_conninfo: str | None = None,
+    released: ReleasedRules | None = None,
 ) -> Ingress:
     """The /sync/v1 API on the configured stores: nodes in the event store, the sync tables
     (inbox, request ids, receipts, heartbeats) beside it, in its PostgreSQL database.
 
-    `sync_conninfo` points the sync tables at another PostgreSQL database (tests).
+    `sync_conninfo` points the sync tables at another PostgreSQL database (tests);
+    `released` gives the rules offered to ships (by default the event store's releases).
     """
 
     shore = config.shore
@@ -77,6 +82,7 @@ def build_ingress(
         ingress_settings(shore), directory, limiter,
         IdentitySource.of(shore.client_identity_header, shore.trusted_proxies),
         build_sync_tables(config, sync_conninfo), clock or utc_now,
+        RuleOffer(released or LazyRuleReleases(config), monotonic=monotonic),
     )
 
 

@@ -17,10 +17,16 @@ from tidesync.ship.client import ShipClient
 from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.downlink import DownlinkSettings
+from tidesync.ship.remote_apply import DownlinkOnlyTables, ShipTargets
+from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
+from tidesync.ship.rules import MaskKeyFile, SchemaSource, ShipRules
 from tidesync.ship.state import SQLiteShipState
+from tidesync.ship.state.rules import SQLiteRules
 from tidesync.ship.transport import HttpShoreLink, ShoreLink, tls_context
 from tidesync.target.contract import TargetApplier
 from tidesync.target.mysql import MySQLTargetApplier
+from tidesync.target.one_way_mysql import MySQLOneWayApplier
+from tidesync.target.one_way_sqlite import SQLiteOneWayApplier
 from tidesync.target.sqlite import SQLiteTargetApplier
 
 
@@ -36,6 +42,8 @@ def client_settings(ship: ShipConfig) -> ClientSettings:
         heartbeat_interval=float(ship.heartbeat_interval_seconds),
         uplink_rate=float(ship.uplink_rate_bytes_per_sec),
         uplink_burst=float(ship.uplink_burst_bytes),
+        probe_initial_seconds=float(ship.probe_interval_seconds),
+        probe_max_seconds=float(ship.probe_max_interval_seconds),
     )
 
 
@@ -59,6 +67,16 @@ def target_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApp
                               node_id=target.node_id)
 
 
+def by_key_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApplier:
+    """The by-key applier of the ship's tables without sync metadata (DOWNLINK-only rules)."""
+    target = ship_target.as_target(ship.node_id)
+    if ship_target.kind is ShipTargetKind.SQLITE:
+        return SQLiteOneWayApplier(ship_target.sqlite_path, node_id=ship.node_id)
+    return MySQLOneWayApplier(host=target.host, port=target.port, user=target.user,
+                              password=target.password, database=target.database or None,
+                              node_id=target.node_id)
+
+
 def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
                  clock: Clock = utc_now,
                  ship_target: ShipTargetConfig | None = None) -> ShipClient:
@@ -74,16 +92,37 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
             raise ValueError("ship.secret is required (the node's signing secret)")
         link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
                              clock=clock, timeout=float(ship.request_timeout_seconds),
-                             ssl_context=ship_tls_context(ship))
+                             ssl_context=ship_tls_context(ship),
+                             keep_alive=float(ship.keep_alive_seconds))
     state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
     queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
                                      ship.topic_pattern,
                                      dict(ship.kafka_consumer_options)))
-    consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch)
-    client = ShipClient(client_settings(ship), consumer, state, link, clock=clock)
+    rules = ship_rules(ship, state, ship_target)
+    consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch, rules)
+    client = ShipClient(client_settings(ship), consumer, state, link, clock=clock, rules=rules)
     if ship_target is not None and ship_target.enabled:
-        client.enable_downlink(downlink_settings(ship), target_applier(ship, ship_target))
+        client.enable_downlink(downlink_settings(ship), ShipTargets(
+            target_applier(ship, ship_target), by_key_applier(ship, ship_target),
+            DownlinkOnlyTables(lambda: rules.current.rules.rules)))
     return client
+
+
+def ship_rules(ship: ShipConfig, state: SQLiteShipState,
+               ship_target: ShipTargetConfig | None) -> ShipRules:
+    """The rule runtime of this ship: rules are checked against `[ship_target]`'s tables, or
+    only statically without one."""
+    return ShipRules(SQLiteRules(state.database), rule_schema_source(ship_target),
+                     MaskKeyFile(ship.rules_mask_key_path(ship.state_path)))
+
+
+def rule_schema_source(ship_target: ShipTargetConfig | None) -> SchemaSource | None:
+    if ship_target is None or not ship_target.enabled:
+        return None
+    if ship_target.kind is ShipTargetKind.SQLITE:
+        return SQLiteSchemaSource(ship_target.sqlite_path)
+    return MySQLSchemaSource(ship_target.host, ship_target.port, ship_target.user,
+                             ship_target.password)
 
 
 def downlink_settings(ship: ShipConfig) -> DownlinkSettings:

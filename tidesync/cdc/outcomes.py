@@ -21,6 +21,7 @@ class SkipReason(enum.StrEnum):
     HEARTBEAT = "HEARTBEAT"
     TRANSACTION_BOUNDARY = "TRANSACTION_BOUNDARY"
     SCHEMA_CHANGE = "SCHEMA_CHANGE"
+    RULE_FILTERED = "RULE_FILTERED"  # a change the node's sync rules do not send
 
 
 class BlockReason(enum.StrEnum):
@@ -43,6 +44,7 @@ class BlockReason(enum.StrEnum):
     TRUNCATE_NOT_SYNCED = "TRUNCATE_NOT_SYNCED"
     CAPTURE_TIME_MISSING = "CAPTURE_TIME_MISSING"
     INVALID_COORDINATES = "INVALID_COORDINATES"
+    RULE_NOT_APPLICABLE = "RULE_NOT_APPLICABLE"  # the sync rule cannot shape this change
 
 
 @dataclass(frozen=True, slots=True)

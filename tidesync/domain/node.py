@@ -1,4 +1,5 @@
-"""The Node aggregate (§17.1): a ship's identity, its signing credentials and its status.
+"""The Node aggregate (§17.1): a ship's identity, its signing credentials, its status, and the
+groups and tags sync rules select it by (§8.1).
 
 Credentials hold only sealed (encrypted) secrets; sealing, randomness and the clock stay outside.
 """
@@ -11,6 +12,7 @@ import datetime as dt
 import enum
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eventsourcing.domain import Aggregate, event
@@ -19,6 +21,10 @@ from tidesync.domain.errors import ErrorCode, TidesyncError
 
 NODE_NAMESPACE = uuid.UUID("6a4e2f10-3b7c-5d9e-8f21-4c6b8a0d2e57")
 NODE_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+PROFILE_NAME_PATTERN = NODE_ID_PATTERN
+"""Group and tag names follow the node id rules: rule selectors and logs quote them."""
+MAX_PROFILE_NAMES = 64
+"""Groups, and tags, one node may carry."""
 
 
 SECRET_BYTES = 32
@@ -59,6 +65,10 @@ class NodeRevoked(NodeError):
     pass
 
 
+class InvalidNodeProfile(NodeError, ValueError):
+    code = ErrorCode.INVALID_INPUT
+
+
 def check_node_id(node_id: str) -> str:
     """The node id if it is 1-63 characters of `a-z`, `0-9` and `-`, starting alphanumeric."""
     if NODE_ID_PATTERN.fullmatch(node_id) is None:
@@ -71,6 +81,31 @@ def check_node_id(node_id: str) -> str:
 def node_uuid(node_id: str) -> uuid.UUID:
     """The aggregate id of a node: registering the same node id twice collides on it."""
     return uuid.uuid5(NODE_NAMESPACE, check_node_id(node_id))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """The groups and tags a node carries: sync rules select nodes by them (§8.1)."""
+
+    groups: frozenset[str] = frozenset()
+    tags: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, groups: Iterable[str] = (), tags: Iterable[str] = ()) -> NodeProfile:
+        """A profile of checked names; raises InvalidNodeProfile."""
+        return cls(_profile_names(groups, "group"), _profile_names(tags, "tag"))
+
+
+def _profile_names(names: Iterable[str], kind: str) -> frozenset[str]:
+    checked = frozenset(names)
+    if len(checked) > MAX_PROFILE_NAMES:
+        raise InvalidNodeProfile(f"a node carries at most {MAX_PROFILE_NAMES} {kind}s")
+    for name in sorted(checked):
+        if not isinstance(name, str) or PROFILE_NAME_PATTERN.fullmatch(name) is None:
+            shown = name[:64] if isinstance(name, str) else type(name).__name__
+            raise InvalidNodeProfile(
+                f"{kind} {shown!r} must match [a-z0-9][a-z0-9-]{{0,62}}")
+    return checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +141,7 @@ class Node(Aggregate):
         self.registered_by = actor
         self.revoked_at: dt.datetime | None = None
         self.revoke_reason = ""
+        self.profile = NodeProfile()
 
     @property
     def is_revoked(self) -> bool:
@@ -148,6 +184,22 @@ class Node(Aggregate):
             for credential in self.credentials if credential.is_valid_at(at)
         ]
         self.credentials = [*kept, Credential(self.next_credential_number, sealed_secret, at)]
+
+    def change_profile(self, profile: NodeProfile, at: dt.datetime, actor: str, reason: str,
+                       trace_id: str = "") -> None:
+        """Give the node these groups and tags (replacing the ones it had)."""
+        if self.is_revoked:
+            raise NodeRevoked(f"node {self.node_id} is revoked")
+        if not reason.strip():
+            raise NodeError("changing a node's groups and tags needs a reason")
+        checked = NodeProfile.of(profile.groups, profile.tags)
+        self._profile_changed(sorted(checked.groups), sorted(checked.tags), at, actor, reason,
+                              trace_id)
+
+    @event("ProfileChanged")
+    def _profile_changed(self, groups: list[str], tags: list[str], at: dt.datetime, actor: str,
+                         reason: str, trace_id: str) -> None:
+        self.profile = NodeProfile(frozenset(groups), frozenset(tags))
 
     def revoke(self, at: dt.datetime, actor: str, reason: str, trace_id: str = "") -> None:
         """Refuse the node's requests from now on; what it already sent stays."""

@@ -48,15 +48,21 @@ class Permission(enum.StrEnum):
     DECIDE_CONFLICTS = "DECIDE_CONFLICTS"
     MANAGE_NODES = "MANAGE_NODES"
     MANAGE_USERS = "MANAGE_USERS"
+    AUTHOR_RULES = "AUTHOR_RULES"
+    """Draft and validate sync rule versions."""
+    APPROVE_RULES = "APPROVE_RULES"
+    PUBLISH_RULES = "PUBLISH_RULES"
+    """Publish approved rule versions to ships, and roll rules back."""
 
 
 ROLE_PERMISSIONS: dict[Role, frozenset[Permission]] = {
     Role.VIEWER: frozenset({Permission.VIEW}),
     Role.OPERATOR: frozenset({Permission.VIEW, Permission.REPLAY_JOBS,
                               Permission.REBUILD_PROJECTIONS, Permission.CANCEL_CONFLICTS,
-                              Permission.REDISPATCH_CONFLICTS}),
+                              Permission.REDISPATCH_CONFLICTS, Permission.AUTHOR_RULES,
+                              Permission.PUBLISH_RULES}),
     Role.APPROVER: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,
-                              Permission.DECIDE_CONFLICTS}),
+                              Permission.DECIDE_CONFLICTS, Permission.APPROVE_RULES}),
     Role.AUDITOR: frozenset({Permission.VIEW, Permission.READ_EVIDENCE_VALUES,
                              Permission.READ_SENSITIVE_COLUMNS, Permission.READ_AUDIT}),
     Role.ADMIN: frozenset(Permission),

@@ -1,4 +1,5 @@
-"""`tidesync nodes …`: register, rotate, revoke and list ship nodes (§17.1).
+"""`tidesync nodes …`: register, rotate, revoke, profile (groups and tags), show and list ship
+nodes (§17.1, §8.1).
 
 `register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
@@ -10,7 +11,7 @@ import datetime as dt
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from tidesync.apps.nodes import Actor, NodeService, NodeSummary
 from tidesync.bootstrap.ingress import open_node_service
 from tidesync.config import Config, load_config
 from tidesync.domain.clock import utc_now
-from tidesync.domain.node import NodeError
+from tidesync.domain.node import NodeError, NodeProfile
 from tidesync.entrypoints.operator import actor_of, add_audit_arguments
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def register_commands(commands: Commands) -> None:
-    """Add `nodes register|rotate|revoke|list`."""
+    """Add `nodes register|rotate|revoke|profile|show|list`."""
     nodes = commands.add_parser("nodes", help="register, rotate, revoke and list ship nodes")
     node_commands = nodes.add_subparsers(dest="nodes_command", metavar="SUBCOMMAND")
     node_commands.required = True
@@ -52,6 +53,21 @@ def register_commands(commands: Commands) -> None:
     revoke.add_argument("node_id", metavar="NODE")
     add_audit_arguments(revoke, default_reason=None)
     revoke.set_defaults(handler=_run_revoke)
+
+    profile = node_commands.add_parser(
+        "profile", help="set the groups and tags sync rules select the node by (replaces them)")
+    profile.add_argument("node_id", metavar="NODE")
+    profile.add_argument("--group", action="append", default=[], metavar="GROUP",
+                         help="a group of the node (repeat for more; none: no groups)")
+    profile.add_argument("--tag", action="append", default=[], metavar="TAG",
+                         help="a tag of the node (repeat for more; none: no tags)")
+    add_audit_arguments(profile, default_reason=None)
+    profile.set_defaults(handler=_run_profile)
+
+    show = node_commands.add_parser("show", help="show one node: status, keys, groups, tags")
+    show.add_argument("node_id", metavar="NODE")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_run_show)
 
     listing = node_commands.add_parser("list", help="list registered nodes")
     listing.add_argument("--json", action="store_true", help="print JSON lines")
@@ -94,6 +110,28 @@ def _run_revoke(args: argparse.Namespace) -> int:
     return _with_service(args, run, needs_key=False)
 
 
+def _run_profile(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        wanted = NodeProfile.of(args.group, args.tag)
+        profile = service.change_profile(args.node_id, wanted, _actor(args), now)
+        print(f"node {args.node_id}: groups {_names(profile.groups)}, tags {_names(profile.tags)}")
+
+    return _with_service(args, run, needs_key=False)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        summary = service.show(args.node_id, now)
+        if args.json:
+            print(json.dumps(_summary_json(summary)))
+            return
+        for name, value in _summary_json(summary).items():
+            shown = _names(value) if isinstance(value, list) else value
+            print(f"{name}: {'' if shown is None else shown}")
+
+    return _with_service(args, run, needs_key=False)
+
+
 def _run_list(args: argparse.Namespace) -> int:
     def run(service: NodeService, now: dt.datetime) -> None:
         summaries = service.list(now)
@@ -101,12 +139,14 @@ def _run_list(args: argparse.Namespace) -> int:
             for summary in summaries:
                 print(json.dumps(_summary_json(summary)))
             return
-        print(f"{'NODE':<24} {'STATUS':<8} {'REGISTERED':<32} {'KEYS':>4}  OVERLAP ENDS / REVOKED")
+        print(f"{'NODE':<24} {'STATUS':<8} {'REGISTERED':<32} {'KEYS':>4}  "
+              f"{'GROUPS':<24} {'TAGS':<24} OVERLAP ENDS / REVOKED")
         for s in summaries:
             note = (f"revoked {s.revoked_at.isoformat()} ({s.revoke_reason})" if s.revoked_at
                     else s.credentials_expiring.isoformat() if s.credentials_expiring else "")
             print(f"{s.node_id:<24} {s.status.value:<8} {s.registered_at.isoformat():<32} "
-                  f"{s.valid_credentials:>4}  {note}")
+                  f"{s.valid_credentials:>4}  {_names(s.profile.groups):<24} "
+                  f"{_names(s.profile.tags):<24} {note}")
 
     return _with_service(args, run, needs_key=False)
 
@@ -121,7 +161,12 @@ def _summary_json(summary: NodeSummary) -> dict[str, object]:
         "valid_credentials": summary.valid_credentials,
         "credentials_expiring": text(summary.credentials_expiring),
         "revoked_at": text(summary.revoked_at), "revoke_reason": summary.revoke_reason,
+        "groups": sorted(summary.profile.groups), "tags": sorted(summary.profile.tags),
     }
+
+
+def _names(names: Iterable[str]) -> str:
+    return ",".join(sorted(names)) or "-"
 
 
 # ----------------------------------------------------------------------------- plumbing

@@ -13,6 +13,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,10 +29,12 @@ from tidesync.apps.conflicts import CommandIssuer, ConflictService, RevisionRead
 from tidesync.apps.jobs import JobQueue
 from tidesync.apps.master_key import SecretBox
 from tidesync.apps.nodes import NodesApplication, NodeService
+from tidesync.apps.rules import RuleReleasesApplication, SchemaLookup
 from tidesync.apps.users import UsersApplication, UserService
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.errors import TidesyncError, Unavailable
 from tidesync.domain.operator_action import OperatorAction
+from tidesync.domain.rules.release import RuleActivationReports
 from tidesync.graphql.accounts import TokenAuthenticator
 from tidesync.graphql.digests import Digests
 from tidesync.graphql.limits import QueryLimits
@@ -83,6 +86,10 @@ class ConsoleStores:
     digest_key: Callable[[], bytes]
     pool_size: int = 4
     pool_timeout: float = 5.0
+    rule_schemas: Callable[[], AbstractContextManager[SchemaLookup]] | None = None
+    """The shore target's table schemas rule validation checks (None: static checks only)."""
+    rule_activations: Callable[[Pool], RuleActivationReports] | None = None
+    """What nodes report running of each rule (None: nothing reported)."""
 
 
 @dataclass
@@ -248,6 +255,15 @@ class Console:
         if self._digests is None:
             self._digests = Digests(self.stores.digest_key())
         return self._digests
+
+    def rule_releases(self) -> RuleReleasesApplication:
+        app = self.apps().every[RuleReleasesApplication.name]
+        assert isinstance(app, RuleReleasesApplication)
+        return app
+
+    def rule_activations(self) -> RuleActivationReports | None:
+        opener = self.stores.rule_activations
+        return None if opener is None else opener(self.pool)
 
     def user_service(self) -> UserService:
         return UserService(self.apps().users, clock=self.clock)

@@ -31,6 +31,8 @@ from tidesync.graphql.projections.mutations import ProjectionMutations
 from tidesync.graphql.projections.queries import ProjectionQueries
 from tidesync.graphql.receipts.queries import ReceiptQueries
 from tidesync.graphql.records.queries import RecordQueries
+from tidesync.graphql.rules.mutations import RuleMutations
+from tidesync.graphql.rules.queries import RuleQueries
 from tidesync.graphql.settings import ConsoleSettings
 from tidesync.graphql.text import UnstorableTextRule
 from tidesync.graphql.users.mutations import UserMutations
@@ -38,10 +40,11 @@ from tidesync.graphql.users.queries import UserQueries
 
 Query = merge_types("Query", (
     UserQueries, NodeQueries, BacklogQueries, ReceiptQueries, ConflictQueries, RecordQueries,
-    AuditQueries, HistoryQueries, ProjectionQueries, JobQueries,
+    AuditQueries, HistoryQueries, ProjectionQueries, JobQueries, RuleQueries,
 ))
 Mutation = merge_types("Mutation", (
     ConflictMutations, NodeMutations, JobMutations, ProjectionMutations, UserMutations,
+    RuleMutations,
 ))
 
 

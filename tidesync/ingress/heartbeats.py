@@ -1,5 +1,6 @@
 """POST /sync/v1/heartbeat: a node's versions, health, backlog and throughput, stored as the
-latest heartbeat per node plus metric samples (the input of backlog and ETA views, §15).
+latest heartbeat per node plus metric samples (the input of backlog and ETA views, §15), and
+how it stands on each rule it was offered (`rule_reports`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.database import Connection, transaction
+from tidesync.ingress.rule_reports import checked_reports, store_reports
 from tidesync.wire import sync_pb2 as pb
 
 _INT64 = 1 << 63
@@ -24,7 +26,7 @@ _UPSERT_LATEST = (
     " sent_at = EXCLUDED.sent_at, protocol_version = EXCLUDED.protocol_version,"
     " client_version = EXCLUDED.client_version,"
     " active_config_version = EXCLUDED.active_config_version, health = EXCLUDED.health"
-    " WHERE node_heartbeat.sent_at <= EXCLUDED.sent_at"
+    " WHERE node_heartbeat.sent_at <= EXCLUDED.sent_at RETURNING node_id"
 )
 _INSERT_SAMPLE = (
     "INSERT INTO metric_sample (node_id, sampled_at, dimension, kind, direction, received_at,"
@@ -47,8 +49,9 @@ class PostgresHeartbeats:
         self.pool = pool
 
     def record(self, node_id: str, heartbeat: pb.Heartbeat, now: dt.datetime) -> None:
-        """Store the heartbeat as the node's latest (unless a newer one is stored) and its
-        samples (each once). Raises BadHeartbeat for out-of-range values."""
+        """Store the heartbeat as the node's latest (unless a newer one is stored) with its
+        rule reports, and its samples (each once). Raises BadHeartbeat for out-of-range values
+        and BadRuleReport for rule reports beyond the limits."""
         with transaction(self.pool) as conn:
             self._record(conn, node_id, heartbeat, now)
 
@@ -58,15 +61,17 @@ class PostgresHeartbeats:
         health = Jsonb([_health(item) for item in heartbeat.health])
         samples = [_backlog_row(node_id, sent_at, item, now) for item in heartbeat.backlog]
         samples += [_throughput_row(node_id, item, now) for item in heartbeat.throughput]
-        conn.execute(_UPSERT_LATEST, (
+        reports = checked_reports(heartbeat.rules)
+        newest = conn.execute(_UPSERT_LATEST, (
             node_id, now, sent_at, heartbeat.protocol_version, heartbeat.client_version,
             heartbeat.active_config_version, health,
-        ))
+        )).fetchone() is not None
+        # A heartbeat that arrives after a newer one must not bring back what it reported.
+        if newest:
+            store_reports(conn, node_id, reports, sent_at, now)
         if samples:
             with conn.cursor() as cursor:
                 cursor.executemany(_INSERT_SAMPLE, samples)
-
-
 
 
 def _health(item: pb.SubsystemHealth) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from eventsourcing.persistence import PersistenceError
 
@@ -16,6 +16,7 @@ from tidesync.apps.master_key import SecretBox
 from tidesync.apps.nodes import NodeNotFound, NodesApplication, NodeStoreUnavailable
 from tidesync.domain.node import (
     NODE_ID_PATTERN,
+    NodeProfile,
     NodeStatus,
 )
 
@@ -38,11 +39,13 @@ class SigningKey:
 
 @dataclass(frozen=True, slots=True)
 class NodeCredentials:
-    """What authentication knows of a node: None status means unknown."""
+    """What authentication knows of a node (None status means unknown), and the groups and
+    tags the rules it is offered are selected by."""
 
     node_id: str
     status: NodeStatus | None
     keys: tuple[SigningKey, ...] = ()
+    profile: NodeProfile = field(default_factory=NodeProfile)
 
     def secrets_at(self, now: dt.datetime) -> list[bytes]:
         return [key.secret for key in self.keys if key.is_valid_at(now)]
@@ -133,7 +136,7 @@ class NodeDirectory:
             SigningKey(box.open(c.sealed_secret, node_id, c.number), c.valid_until)
             for c in node.credentials
         )
-        return NodeCredentials(node_id, node.status, keys)
+        return NodeCredentials(node_id, node.status, keys, node.profile)
 
     def _nodes(self) -> NodesApplication:
         with self._lock:

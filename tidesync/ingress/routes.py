@@ -47,6 +47,14 @@ from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
 from tidesync.ingress.receipts import BadPageRequest, page_request
+from tidesync.ingress.rule_reports import BadRuleReport
+from tidesync.ingress.rules import (
+    NodeConfig,
+    NoReleasedRules,
+    RuleOffer,
+    RulesUnavailable,
+    config_response,
+)
 from tidesync.ingress.stores import SyncTables
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
@@ -81,6 +89,8 @@ class IngressReason(enum.StrEnum):
     TOO_MANY_ACKS = "TOO_MANY_ACKS"
     DOWNLINK_UNAVAILABLE = "DOWNLINK_UNAVAILABLE"
     UNSTORABLE_VALUE = "UNSTORABLE_VALUE"
+    BAD_RULE_REPORT = "BAD_RULE_REPORT"
+    TOO_MANY_RULE_REPORTS = "TOO_MANY_RULE_REPORTS"
 
 
 class IngressError(TidesyncError):
@@ -135,9 +145,11 @@ class Ingress:
 
     def __init__(self, settings: IngressSettings, directory: NodeDirectory,
                  limiter: RequestLimiter, identity: IdentitySource,
-                 tables: SyncTables[Any] | None, clock: Clock) -> None:
+                 tables: SyncTables[Any] | None, clock: Clock,
+                 offer: RuleOffer | None = None) -> None:
         self.settings, self.directory, self.limiter = settings, directory, limiter
         self.identity, self.tables, self.clock = identity, tables, clock
+        self.offer = offer or RuleOffer(NoReleasedRules())
         self.downlink: DownlinkApi | None = None
         self.downlink_refusal = "the downlink is not configured on this server"
 
@@ -156,6 +168,7 @@ class Ingress:
             Route("/sync/v1/receipts", self._endpoint(self._receipts, 0), methods=["GET"]),
             Route("/sync/v1/heartbeat", self._endpoint(self._heartbeat, heartbeat),
                   methods=["POST"]),
+            Route("/sync/v1/config", self._endpoint(self._config, 0), methods=["GET"]),
             Route("/sync/v1/commands", self._endpoint(self._commands, 0), methods=["GET"]),
             Route("/sync/v1/command-acks", self._endpoint(self._command_acks, max_batch),
                   methods=["POST"]),
@@ -169,6 +182,7 @@ class Ingress:
 
     def close(self) -> None:
         self.directory.close()
+        self.offer.close()
         if self.downlink is not None:
             self.downlink.close()
         if self.tables is not None:
@@ -200,16 +214,48 @@ class Ingress:
             max_decompressed=4 * HEARTBEAT_MAX_BYTES)
         _check_sender(heartbeat.node_id, call)
         heartbeats = self._tables().heartbeats
+        offered = self._offered_version(call.node_id)
 
         def store(conn: Any) -> Message:
             try:
                 heartbeats._record(conn, call.node_id, heartbeat, call.now)
             except BadHeartbeat as error:
                 raise IngressError(400, IngressReason.BAD_HEARTBEAT, str(error)) from None
-            return pb.HeartbeatResponse(
+            except BadRuleReport as error:
+                raise IngressError(error.status, error.reason, str(error)) from None
+            response = pb.HeartbeatResponse(
                 server_time_micros=_micros(call.now),
                 next_interval_seconds=self.settings.heartbeat_interval_seconds)
+            # Only a node that runs another set than it is offered is told to fetch it.
+            if offered is not None and offered != heartbeat.active_config_version:
+                response.config_version = offered
+            return response
         return store
+
+    def _config(self, call: Call) -> Store:
+        codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
+        response = config_response(self._node_config(call.node_id), self._control())
+        return lambda conn: response
+
+    def _node_config(self, node_id: str) -> NodeConfig:
+        # The node authenticated a moment ago: its profile comes from the directory's cache.
+        return self.offer.for_node(node_id, self.directory.lookup(node_id).profile)
+
+    def _offered_version(self, node_id: str) -> str | None:
+        """The config version the node is offered; None when the rules cannot be read (the
+        heartbeat is stored all the same, the node asks again next time)."""
+        try:
+            return self._node_config(node_id).version
+        except RulesUnavailable as error:
+            log.warning("released rules unreadable for a heartbeat (%s)", error)
+            return None
+
+    def _control(self) -> pb.ControlParameters:
+        # No uplink rate from the shore (0): each ship keeps its own [ship] uplink settings.
+        return pb.ControlParameters(
+            batch_max_events=self.settings.max_events_per_batch,
+            batch_max_uncompressed_bytes=self.settings.max_decompressed_bytes,
+            heartbeat_interval_seconds=self.settings.heartbeat_interval_seconds)
 
     def _commands(self, call: Call) -> Store:
         codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
@@ -399,7 +445,8 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
         return error.status, error.reason, error.retry_after
     if isinstance(error, WireError):
         return _wire_status(error), error.reason.value, None
-    if isinstance(error, StoreUnavailable | NodeStoreUnavailable | DownlinkUnavailable):
+    if isinstance(error, StoreUnavailable | NodeStoreUnavailable | DownlinkUnavailable
+                  | RulesUnavailable):
         return 503, IngressReason.STORE_UNAVAILABLE.value, STORE_RETRY_AFTER
     if isinstance(error, UnstorableValue):
         return 400, IngressReason.UNSTORABLE_VALUE.value, None

@@ -16,6 +16,7 @@ from tidesync.apps.downlink import DownlinkApplication
 from tidesync.apps.nodes import NodesApplication
 from tidesync.apps.operations import OperationsApplication
 from tidesync.apps.recorder import open_application
+from tidesync.apps.rules import RuleReleasesApplication
 from tidesync.apps.users import UsersApplication
 from tidesync.domain.conflict_case import key_digest
 from tidesync.projections.audit import AuditProjection
@@ -41,6 +42,7 @@ from tidesync.projections.states import digest
 
 APPLY_JOBS, CONFLICT_CASES, NODES, OPERATIONS, DOWNLINK, USERS = (
     "apply_jobs", "conflict_cases", "nodes", "operations", "downlink", "users")
+RULE_RELEASES = RuleReleasesApplication.name
 
 
 def default_catalogue(settings: ViewSettings | None = None) -> Catalogue:
@@ -83,13 +85,18 @@ def _open_operations(env: Mapping[str, str]) -> Application[Any]:
     return OperationsApplication(env=dict(env))
 
 
+def _open_rule_releases(env: Mapping[str, str]) -> Application[Any]:
+    return RuleReleasesApplication(env=dict(env))
+
+
 def _applications() -> list[ApplicationSpec]:
     return [ApplicationSpec(APPLY_JOBS, _open_apply_jobs),
             ApplicationSpec(CONFLICT_CASES, _open_conflict_cases),
             ApplicationSpec(NODES, _open_nodes),
             ApplicationSpec(OPERATIONS, _open_operations),
             ApplicationSpec(DOWNLINK, _open_downlink),
-            ApplicationSpec(USERS, _open_users)]
+            ApplicationSpec(USERS, _open_users),
+            ApplicationSpec(RULE_RELEASES, _open_rule_releases)]
 
 
 # ----------------------------------------------------------------------------- kinds
@@ -154,6 +161,10 @@ def _kinds() -> list[AggregateKind]:
         # A user's token shows only as a digest of its digest.
         AggregateKind("user", USERS, "tidesync.domain.user:User",
                       sensitive=frozenset({"token_digest"})),
+        AggregateKind("rule_release", RULE_RELEASES,
+                      "tidesync.domain.rules.release:RuleRelease"),
+        AggregateKind("rule_versions", RULE_RELEASES,
+                      "tidesync.domain.rules.release:RuleVersions"),
     ]
 
 

@@ -9,6 +9,10 @@ Order of durable steps per command, so that a crash anywhere is safe:
 4. the ack is sent; only once the shore accepted the acks of every command of a page does the
    commands cursor move past it. A command pulled again is applied again: the ledger answers
    ALREADY_APPLIED.
+
+A resend request writes no business row: the partition's events are queued to be uploaded
+again (`tidesync.ship.resend`) and the answer is recorded as in step 3. Pulled again, it is
+carried out again, which sends nothing the shore has finished.
 """
 
 from __future__ import annotations
@@ -20,7 +24,17 @@ from dataclasses import dataclass
 
 from tidesync import failpoints
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.ship.remote_apply import CommandAnswer, RemoteApplier, merge_acks, prepare
+from tidesync.domain.downlink_command import CommandResult
+from tidesync.ship.remote_apply import (
+    CommandAnswer,
+    CommandReason,
+    PreparedCommand,
+    RemoteApplier,
+    command_answer,
+    merge_acks,
+    prepare,
+)
+from tidesync.ship.resend import QueueResender, ResendDeferred
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.commands import COMMANDS_CURSOR, CommandState
 from tidesync.ship.telemetry import HealthReason, HealthState, Subsystem
@@ -54,8 +68,10 @@ class Downlink:
     def __init__(self, settings: DownlinkSettings, state: SQLiteShipState, link: ShoreLink,
                  applier: RemoteApplier, *, set_health: HealthSetter,
                  link_failed: LinkFailed, retry: RetrySchedule, clock: Clock = utc_now,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 resender: QueueResender | None = None) -> None:
         self.settings, self.state, self.link, self.applier = settings, state, link, applier
+        self.resender = resender
         self.set_health, self.link_failed, self.retry = set_health, link_failed, retry
         self.clock, self.monotonic = clock, monotonic
         self.next_pull = 0.0
@@ -114,13 +130,17 @@ class Downlink:
             except (TransientTargetError, CommitOutcomeUnknown) as error:
                 self._apply_failed(error, HealthState.DEGRADED, HealthReason.APPLY_RETRYING)
                 return False
+            except ResendDeferred as error:
+                self._apply_failed(error, HealthState.DEGRADED, HealthReason.APPLY_RETRYING)
+                return False
             except TargetError as error:
                 self._apply_failed(error, HealthState.BLOCKED, HealthReason.APPLY_FAILED)
                 return False
         self.set_health(Subsystem.DOWNLINK_APPLY, HealthState.HEALTHY, "", "")
         return True
 
-    def _apply_failed(self, error: TargetError, state: HealthState, reason: str) -> None:
+    def _apply_failed(self, error: TargetError | ResendDeferred, state: HealthState,
+                      reason: str) -> None:
         """Nothing of the failed command was acked: it is pulled and applied again later."""
         delay = self.retry.failed(self.monotonic())
         self.more = True
@@ -134,12 +154,25 @@ class Downlink:
         progress, pending = self.state.command_progress(applied_id, prepared.command_id)
         if pending and progress != CommandState.APPLYING:
             return  # its result is recorded; the ack goes out with the others
+        if prepared.resend is not None:
+            self._record(None, prepared.command_id, prepared.sequence, self._resend(prepared))
+            return
         if applied_id is not None and prepared.kind is not None and prepared.event is not None:
             self.state.begin_command(applied_id, prepared.command_id, prepared.sequence,
                                      prepared.kind)
         answer = self.applier.apply(prepared, self.clock())
         failpoints.hit(AFTER_APPLY_FAILPOINT)
         self._record(applied_id, prepared.command_id, prepared.sequence, answer)
+
+    def _resend(self, prepared: PreparedCommand) -> CommandAnswer:
+        assert prepared.resend is not None
+        if self.resender is None:
+            return command_answer(prepared, CommandResult.COMMAND_REJECTED, self.clock(),
+                                  CommandReason.UNSUPPORTED_COMMAND,
+                                  "this ship client does not read the queue")
+        outcome = self.resender.resend(prepared.resend)
+        return command_answer(prepared, outcome.result, self.clock(), outcome.reason,
+                              outcome.detail)
 
     def _record(self, applied_id: bytes | None, command_id: bytes, sequence: int,
                 answer: CommandAnswer) -> None:

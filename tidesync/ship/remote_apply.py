@@ -3,15 +3,24 @@
 A ShoreRowChange or ConflictDecision becomes a ChangeEvent applied by the same compare-and-set
 appliers the shore uses (MySQLTargetApplier / SQLiteTargetApplier with the ship's node id), so
 the `_sync_applied` ledger and the revision check make every command idempotent: a command
-applied before answers ALREADY_APPLIED however often it is pulled again.
+applied before answers ALREADY_APPLIED however often it is pulled again. A ResendRequest
+touches no business row: it is prepared here and carried out by `tidesync.ship.resend`.
+
+A row change of a table that carries no sync metadata — the command says `by_key`, or the
+ship's active rule for the table is DOWNLINK-only — goes to the one-way applier instead
+(`tidesync.target.one_way`): written by key, never compared, made idempotent by the same
+ledger and kept in order per key by `_sync_key_position`. Its position there is the command's
+sequence: the shore numbers a node's commands in the order it captured the changes, so a
+key's later change always has the higher sequence (`ShipTargets`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tidesync.domain.change_event import (
@@ -21,7 +30,8 @@ from tidesync.domain.change_event import (
     Revision,
     tombstone_revision,
 )
-from tidesync.domain.downlink_command import CommandKind, CommandResult
+from tidesync.domain.downlink_command import CommandKind, CommandResult, ResendPayload
+from tidesync.domain.rules.sync_rule import Direction, SyncRule
 from tidesync.domain.sync_columns import METADATA_COLUMNS
 from tidesync.domain.values import Value, canonical_value
 from tidesync.target.contract import TargetApplier, TargetOutcome, TargetOutcomeKind
@@ -60,6 +70,10 @@ class PreparedCommand:
     reject: tuple[str, str] | None = None
     decided: Mapping[str, Value] | None = None
     decided_revision: Revision | None = None
+    resend: ResendPayload | None = None
+    """A resend request: nothing is applied, the partition's events are uploaded again."""
+    by_key: bool = False
+    """The shore says the ship's table carries no sync metadata: apply by key."""
 
 
 def prepare(command: pb.DownlinkCommand, names: codec.NameTable, shore_node_id: str,
@@ -75,11 +89,24 @@ def prepare(command: pb.DownlinkCommand, names: codec.NameTable, shore_node_id: 
             return _row_change(base, command.row_change, names, captured)
         if kind == "conflict_decision":
             return _decision(base, command.conflict_decision, names, shore_node_id, captured)
+        if kind == "resend":
+            return _resend(base, command.resend, names)
     except (codec.WireError, ValueError, OverflowError) as error:
         return PreparedCommand(base.command_id, base.sequence, reject=(
             CommandReason.MALFORMED_COMMAND, f"unreadable command: {type(error).__name__}"))
     return PreparedCommand(base.command_id, base.sequence, reject=(
         CommandReason.UNSUPPORTED_COMMAND, f"command kind {kind or 'none'} is not applied"))
+
+
+def _resend(base: PreparedCommand, request: pb.ResendRequest,
+            names: codec.NameTable) -> PreparedCommand:
+    if request.from_source_sequence < 1 or request.from_source_sequence >= 1 << 63:
+        raise ValueError("a resend starts at a source sequence >= 1")
+    if request.replay_epoch >= 1 << 63:
+        raise ValueError("replay epoch out of range")
+    payload = ResendPayload(names.name(request.source_topic_ref), request.source_partition,
+                            request.replay_epoch, request.from_source_sequence)
+    return PreparedCommand(base.command_id, base.sequence, CommandKind.RESEND, resend=payload)
 
 
 def _revision(raw: bytes) -> Revision | None:
@@ -88,7 +115,8 @@ def _revision(raw: bytes) -> Revision | None:
 
 def _event(applied_id: uuid.UUID, origin: str, record: RecordKey, operation: Operation,
            values: list[tuple[str, Value]], base: Revision | None, result: Revision | None,
-           sequence: int, captured: dt.datetime) -> ChangeEvent:
+           sequence: int, captured: dt.datetime, rule: tuple[str, int] | None = None
+           ) -> ChangeEvent:
     key = list(record.primary_key)
     key_names = {name for name, _ in key}
     after = None if operation is Operation.DELETE else dict(
@@ -99,7 +127,8 @@ def _event(applied_id: uuid.UUID, origin: str, record: RecordKey, operation: Ope
         event_id=applied_id, origin_node_id=origin, source_connector_id=SOURCE_CONNECTOR,
         source_topic=SOURCE_TOPIC, source_partition=0, source_position=sequence,
         record=record, operation=operation, captured_at=captured, before=before, after=after,
-        base_revision=base, result_revision=result)
+        base_revision=base, result_revision=result,
+        rule_id=None if rule is None else rule[0], rule_version=None if rule is None else rule[1])
 
 
 _OPERATIONS = {pb.INSERT: Operation.INSERT, pb.UPDATE: Operation.UPDATE,
@@ -116,12 +145,22 @@ def _row_change(base: PreparedCommand, change: pb.ShoreRowChange, names: codec.N
                                applied_id, record, reject=(CommandReason.MALFORMED_COMMAND,
                                                            "unknown operation"))
     values = codec.columns_from_wire(change.values, names)
-    result = (tombstone_revision(applied_id) if operation is Operation.DELETE
-              else _revision(change.result_revision))
+    rule = None
+    if change.HasField("rule_id_ref"):
+        if not 0 <= change.rule_version < 1 << 63:
+            raise ValueError("rule version out of range")
+        rule = (names.name(change.rule_id_ref), change.rule_version)
+    expected = None if change.by_key else _revision(change.expected_local_revision)
+    if change.by_key:
+        result = None  # nothing on the ship's row to compare or stamp
+    elif operation is Operation.DELETE:
+        result = tombstone_revision(applied_id)
+    else:
+        result = _revision(change.result_revision)
     event = _event(applied_id, names.name(change.origin_node_ref), record, operation, values,
-                   _revision(change.expected_local_revision), result, base.sequence, captured)
+                   expected, result, base.sequence, captured, rule)
     return PreparedCommand(base.command_id, base.sequence, CommandKind.ROW_CHANGE, applied_id,
-                           record, event)
+                           record, event, by_key=change.by_key)
 
 
 def _decision(base: PreparedCommand, decision: pb.ConflictDecision, names: codec.NameTable,
@@ -162,11 +201,58 @@ class CommandAnswer:
         return self.acks.acks[0]
 
 
+class DownlinkOnlyTables:
+    """The ship's tables whose active rule is DOWNLINK-only, from the rules in force now
+    (`ShipRules.current`): their rows carry no sync metadata."""
+
+    def __init__(self, active_rules: Callable[[], Iterable[SyncRule]]) -> None:
+        self._active_rules = active_rules
+
+    def __call__(self, database: str, table: str) -> bool:
+        return any(rule.source == (database, table) and rule.direction is Direction.DOWNLINK
+                   for rule in self._active_rules())
+
+
+class ShipTargets:
+    """The ship's business database as the downlink writes it: the compare-and-set applier,
+    and the by-key applier for tables without sync metadata. A TargetApplier itself (the
+    compare-and-set one's), so whoever is handed it sees one database."""
+
+    def __init__(self, cas: TargetApplier, by_key: TargetApplier,
+                 downlink_only: Callable[[str, str], bool] = lambda database, table: False
+                 ) -> None:
+        self.cas, self.by_key, self.downlink_only = cas, by_key, downlink_only
+
+    def applier_for(self, command: PreparedCommand) -> TargetApplier:
+        record = command.record
+        if command.kind is CommandKind.ROW_CHANGE and record is not None and (
+                command.by_key or self.downlink_only(record.database, record.table)):
+            return self.by_key
+        return self.cas
+
+    def apply_chunk(self, events: Sequence[ChangeEvent]) -> list[TargetOutcome]:
+        return self.cas.apply_chunk(events)
+
+    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        return self.cas.applied_event_ids(event_ids)
+
+    def current_row(self, database: str, table: str, primary_key: Mapping[str, Value]
+                    ) -> tuple[Mapping[str, Value] | None, Revision | None]:
+        return self.cas.current_row(database, table, primary_key)
+
+    def close(self) -> None:
+        try:
+            self.cas.close()
+        finally:
+            self.by_key.close()
+
+
 class RemoteApplier:
     """Applies prepared commands one at a time (in sequence order, so each sees the last).
 
     Raises the applier's TransientTargetError / CommitOutcomeUnknown / TargetError: nothing
     is acked then, and the command is applied again later (the ledger makes that safe).
+    `target` may be `ShipTargets`: row changes of tables without metadata then go by key.
     """
 
     def __init__(self, target: TargetApplier, node_id: str) -> None:
@@ -178,8 +264,14 @@ class RemoteApplier:
             return _result(command, CommandResult.COMMAND_REJECTED, now, *command.reject)
         if command.event is None:
             return self._tombstone_without_row(command, now)
-        outcome = self.target.apply_chunk([command.event])[0]
-        return self._judge(command, command.event, outcome, now)
+        event, target = command.event, self.target
+        if isinstance(self.target, ShipTargets):
+            target = self.target.applier_for(command)
+            if target is self.target.by_key and event.result_revision is not None:
+                # By key nothing is compared or stamped: no revision to report either.
+                event = dataclasses.replace(event, base_revision=None, result_revision=None)
+        outcome = target.apply_chunk([event])[0]
+        return self._judge(command, event, outcome, now)
 
     def _tombstone_without_row(self, command: PreparedCommand, now: dt.datetime
                                ) -> CommandAnswer:
@@ -231,6 +323,12 @@ def _holds_decision(command: PreparedCommand, outcome: TargetOutcome) -> bool:
 
 def _micros(moment: dt.datetime) -> int:
     return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+
+def command_answer(command: PreparedCommand, result: CommandResult, now: dt.datetime,
+                   reason: str = "", detail: str = "") -> CommandAnswer:
+    """The answer to a command that wrote no row (a resend request's)."""
+    return _result(command, result, now, reason, detail)
 
 
 def _result(command: PreparedCommand, result: CommandResult, now: dt.datetime, reason: str = "",

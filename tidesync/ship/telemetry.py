@@ -144,10 +144,14 @@ def partition_backlog(watermark: Watermark, open_events: PartitionBacklog,
 def build_heartbeat(node_id: str, now: dt.datetime, health: Iterable[Health],
                     backlog: Iterable[pb.PartitionBacklog],
                     throughput: Iterable[pb.ThroughputSample],
-                    config_version: str = "") -> pb.Heartbeat:
+                    config_version: str = "",
+                    rules: Iterable[pb.RuleActivation] = ()) -> pb.Heartbeat:
+    """`config_version` is the config the ship applied; `rules` one activation per rule the
+    shore offers it (versions, validation and problems: names only, never values)."""
     message = pb.Heartbeat(protocol_version=codec.PROTOCOL_VERSION, node_id=node_id,
                            client_version=CLIENT_VERSION, sent_at_micros=_micros(now),
                            active_config_version=config_version)
+    message.rules.extend(rules)
     for item in health:
         message.health.add(subsystem=pb.Subsystem.Value(item.subsystem),
                            state=pb.HealthState.Value(item.state), reason_code=item.reason_code,

@@ -2,6 +2,11 @@
 
 Reads the shore's own capture topics, drops what the platform wrote itself (proven by the
 target's `_sync_applied` ledger), and commits queue offsets only after the results are stored.
+
+Without sync rules, a change of a `[downlink].bidirectional_tables` table goes to every target
+node (`TargetNodes`). Once any rule is offered, rules decide alone: a change goes to the nodes
+each downlink rule targeting its table selects, in the rule's shape
+(`tidesync.shore.downlink_rules`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from tidesync.cdc.outcomes import Block, Normalized, Skip
 from tidesync.cdc.platform_writes import platform_event_id
 from tidesync.domain.actor import system_actor
 from tidesync.domain.change_event import ChangeEvent, Operation
-from tidesync.domain.conflict_case import is_sync_column
 from tidesync.domain.downlink_command import (
     CommandKind,
     DownlinkUnavailable,
@@ -37,9 +41,9 @@ from tidesync.domain.downlink_command import (
     RowChangePayload,
 )
 from tidesync.domain.errors import Unavailable
-from tidesync.domain.values import frozen_row
 from tidesync.migrations import MigrationError
 from tidesync.shore.downlink import DownlinkService
+from tidesync.shore.downlink_rules import DownlinkRoutes, DownlinkRules, row_change_payload
 from tidesync.target.contract import TargetError
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,13 @@ class ShoreCdcReason(enum.StrEnum):
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     PARTITION_ERROR = "PARTITION_ERROR"
     OPERATOR_RELEASED = "OPERATOR_RELEASED"  # a held record an operator let pass
+    # Under rules (`downlink_rules.DownlinkSkip`): no rule, no node, filtered, not changed,
+    # or the rule's columns do not map back.
+    NO_RULE = "NO_RULE"
+    NO_NODE = "NO_NODE"
+    ROW_FILTER = "ROW_FILTER"
+    NO_SYNCED_CHANGE = "NO_SYNCED_CHANGE"
+    RULE_SHAPE_FAILED = "RULE_SHAPE_FAILED"
 
 
 class ShoreCdcUnavailable(Unavailable):
@@ -85,18 +96,6 @@ class AppliedLedger(Protocol):
     """The shore target's record of event ids the platform applied (`_sync_applied`)."""
 
     def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]: ...
-
-
-def row_change_payload(event: ChangeEvent, origin_node_id: str) -> RowChangePayload:
-    """The command payload of a local shore change: the after image's non-key business
-    columns, the revision the ship's row must have and the one it gets."""
-    values = None
-    if event.operation is not Operation.DELETE and event.after is not None:
-        keys = set(event.record.as_dict())
-        values = frozen_row((name, value) for name, value in event.after.items()
-                            if name not in keys and not is_sync_column(name))
-    return RowChangePayload(event.record, event.operation, values, event.base_revision,
-                            event.result_revision, origin_node_id, event.event_id)
 
 
 @dataclass(frozen=True)
@@ -144,9 +143,10 @@ class ShoreCdcConsumer:
                  nodes: Callable[[], Sequence[str]], origin_node_id: str, *,
                  max_records: int = 500, poll_timeout: float = 0.2,
                  refresh_seconds: float = 5.0, releases: Releases | None = None,
+                 rules: DownlinkRules | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.queue, self.normalizer, self.ledger = queue, normalizer, ledger
-        self.releases = releases
+        self.releases, self.rules = releases, rules
         self.downlink, self.nodes, self.origin_node_id = downlink, nodes, origin_node_id
         self.max_records, self.poll_timeout = max_records, poll_timeout
         self.refresh_seconds, self.monotonic = refresh_seconds, monotonic
@@ -217,6 +217,7 @@ class ShoreCdcConsumer:
                    and isinstance(x := platform_event_id(o.event), uuid.UUID)}
         proven = self.ledger.applied_event_ids(sorted(claimed)) if claimed else set()
         nodes: Sequence[str] | None = None
+        routes = self._routes()
         for record, outcome in outcomes:
             key = PartitionKey(record.topic, record.partition)
             if key in batch.blocks:
@@ -226,9 +227,10 @@ class ShoreCdcConsumer:
                                                              outcome.reason.value), batch):
                     continue
             elif isinstance(outcome, Normalized):
-                if nodes is None:
+                if nodes is None and routes is None:
                     nodes = list(self.nodes())
-                if not self._decide_event(record, outcome.event, proven, nodes, batch):
+                if not self._decide_event(record, outcome.event, proven, nodes or (), routes,
+                                          batch):
                     continue
             else:
                 assert isinstance(outcome, Skip)
@@ -237,15 +239,28 @@ class ShoreCdcConsumer:
     def _checked(self, event: ChangeEvent) -> bool:
         return (event.database, event.table) in self.normalizer.settings.bidirectional_tables
 
+    def _routes(self) -> DownlinkRoutes | None:
+        """The offered downlink rules when any rule is offered (one view per batch)."""
+        if self.rules is None:
+            return None
+        routes = self.rules.current()
+        return routes if routes.rules_offered else None
+
     def _decide_event(self, record: KafkaRecord, event: ChangeEvent, proven: set[uuid.UUID],
-                      nodes: Sequence[str], batch: _Batch) -> bool:
-        """Record the event's result in the batch; False when it holds the partition."""
+                      nodes: Sequence[str], routes: DownlinkRoutes | None,
+                      batch: _Batch) -> bool:
+        """Record the event's result in the batch; False when it holds the partition.
+
+        Under rules the loop check runs where it can (the table has sync metadata, listed in
+        `bidirectional_tables`); a DOWNLINK-only rule's table needs none: ships never send
+        it back."""
         result, reason = ShoreCdcResult.FORWARDED, ""
-        if not self._checked(event):
+        checked = self._checked(event)
+        if not checked and (routes is None or routes.two_way(event.database, event.table)):
             result, reason = ShoreCdcResult.SKIPPED, ShoreCdcReason.NOT_BIDIRECTIONAL.value
         elif event.operation is Operation.SNAPSHOT:
             result, reason = ShoreCdcResult.SKIPPED, ShoreCdcReason.SNAPSHOT_NOT_FORWARDED.value
-        else:
+        elif checked:
             claimed = platform_event_id(event)
             if claimed is not None and claimed not in proven:
                 return self._passes(record, BlockedPartition(
@@ -254,12 +269,22 @@ class ShoreCdcConsumer:
                 result = ShoreCdcResult.SUPPRESSED
         count = 0
         if result is ShoreCdcResult.FORWARDED:
-            payload = row_change_payload(event, self.origin_node_id)
+            payloads: Mapping[str, RowChangePayload]
+            if routes is None:
+                payload = row_change_payload(event, self.origin_node_id)
+                payloads = {node: payload for node in nodes}
+            else:
+                routed = routes.route(event, self.origin_node_id)
+                payloads = routed.payloads
+                if routed.skip is not None:
+                    result, reason = ShoreCdcResult.SKIPPED, routed.skip.value
+        if result is ShoreCdcResult.FORWARDED:
             batch.commands += [NewCommand(node, CommandKind.ROW_CHANGE, event.event_id,
                                           payload, actor=SHORE_CDC_ACTOR,
                                           reason="shore business change",
-                                          trace_id=event.trace_id) for node in nodes]
-            count = len(nodes)
+                                          trace_id=event.trace_id)
+                               for node, payload in payloads.items()]
+            count = len(payloads)
             batch.forwarded += 1
         elif result is ShoreCdcResult.SUPPRESSED:
             batch.suppressed += 1
@@ -427,7 +452,7 @@ class ClosingConsumer(ShoreCdcConsumer):
         try:
             super().close()
         finally:
-            for part in (self.ledger, self.downlink, self.nodes, self.releases):
+            for part in (self.ledger, self.downlink, self.nodes, self.releases, self.rules):
                 closer = getattr(part, "close", None)
                 if closer is not None:
                     closer()

@@ -1,6 +1,6 @@
-"""`tidesync shore work`: the apply processor, the conflict arbiter (PostgreSQL) and the
-projections, in one loop per process, and the shore CDC consumer (downlink) in a thread
-beside them when `[downlink]` names a broker.
+"""`tidesync shore work`: the apply processor, the conflict arbiter (PostgreSQL), the rule
+activation step and the projections, in one loop per process, and the shore CDC consumer
+(downlink) in a thread beside them when `[downlink]` names a broker.
 
 Several processes may run side by side: partitions are leased, projections guarded, and one
 process at a time holds the shore CDC consumer. The event store is PostgreSQL (embedded or
@@ -22,6 +22,7 @@ from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.apps.recorder import open_application
 from tidesync.shore.arbiter import Arbiter
 from tidesync.shore.processor import ApplyProcessor
+from tidesync.shore.rule_activation import RuleActivationStep
 from tidesync.shore.shore_cdc import ShoreCdcRunner
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class ShoreWorker:
     stop_event: threading.Event = field(default_factory=threading.Event)
     shore_cdc: ShoreCdcRunner | None = None
     arbiter: Arbiter | None = None
+    rule_activation: RuleActivationStep | None = None
 
     def run_once(self) -> int:
         """One round: apply work while there is some (bounded), then catch projections up
@@ -77,6 +79,12 @@ class ShoreWorker:
                 applied += self.arbiter.run_once()
             except Exception:  # the store or target is down: applying goes on, so does this
                 log.exception("conflict arbitration failed this round; trying again")
+        if self.rule_activation is not None:
+            try:
+                applied += self.rule_activation.run_once()
+            except Exception as error:  # noqa: BLE001 - the stores are down: tried next round
+                log.warning("rule activation could not run this round (%s); trying again",
+                            type(error).__name__)
         # One view's trouble must not stop the others (logged by type: messages may quote
         # values); a view that fails for good marks itself FAILED (projections.failures).
         for runner in self.projections:

@@ -23,6 +23,39 @@ class Operation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELETE: _ClassVar[Operation]
     SNAPSHOT: _ClassVar[Operation]
 
+class V2BeforeMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    V2_BEFORE_NONE: _ClassVar[V2BeforeMode]
+    V2_BEFORE_AS_AFTER: _ClassVar[V2BeforeMode]
+    V2_BEFORE_OWN: _ClassVar[V2BeforeMode]
+    V2_BEFORE_OMITTED: _ClassVar[V2BeforeMode]
+
+class V2RevisionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    V2_REVISION_NONE: _ClassVar[V2RevisionMode]
+    V2_REVISION_EXPLICIT: _ClassVar[V2RevisionMode]
+    V2_REVISION_TOMBSTONE: _ClassVar[V2RevisionMode]
+    V2_REVISION_CHAINED: _ClassVar[V2RevisionMode]
+
+class V2Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    V2_KIND_UNSPECIFIED: _ClassVar[V2Kind]
+    V2_INT: _ClassVar[V2Kind]
+    V2_BOOL: _ClassVar[V2Kind]
+    V2_DECIMAL: _ClassVar[V2Kind]
+    V2_FLOAT_DECIMAL: _ClassVar[V2Kind]
+    V2_FLOAT: _ClassVar[V2Kind]
+    V2_TEXT: _ClassVar[V2Kind]
+    V2_BLOB: _ClassVar[V2Kind]
+    V2_JSON: _ClassVar[V2Kind]
+    V2_TEXT_NUMBERED: _ClassVar[V2Kind]
+    V2_TIMESTAMP: _ClassVar[V2Kind]
+    V2_DATE: _ClassVar[V2Kind]
+    V2_TIME: _ClassVar[V2Kind]
+    V2_REVISION_TEXT: _ClassVar[V2Kind]
+    V2_REVISION_BYTES: _ClassVar[V2Kind]
+    V2_VALUES: _ClassVar[V2Kind]
+
 class ReceiveStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RECEIVE_STATUS_UNSPECIFIED: _ClassVar[ReceiveStatus]
@@ -70,6 +103,12 @@ class Direction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UPLINK: _ClassVar[Direction]
     DOWNLINK: _ClassVar[Direction]
 
+class RuleValidation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RULE_VALIDATION_UNSPECIFIED: _ClassVar[RuleValidation]
+    RULE_VALID: _ClassVar[RuleValidation]
+    RULE_FAILED: _ClassVar[RuleValidation]
+
 class RuleStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RULE_STATUS_UNSPECIFIED: _ClassVar[RuleStatus]
@@ -90,6 +129,30 @@ INSERT: Operation
 UPDATE: Operation
 DELETE: Operation
 SNAPSHOT: Operation
+V2_BEFORE_NONE: V2BeforeMode
+V2_BEFORE_AS_AFTER: V2BeforeMode
+V2_BEFORE_OWN: V2BeforeMode
+V2_BEFORE_OMITTED: V2BeforeMode
+V2_REVISION_NONE: V2RevisionMode
+V2_REVISION_EXPLICIT: V2RevisionMode
+V2_REVISION_TOMBSTONE: V2RevisionMode
+V2_REVISION_CHAINED: V2RevisionMode
+V2_KIND_UNSPECIFIED: V2Kind
+V2_INT: V2Kind
+V2_BOOL: V2Kind
+V2_DECIMAL: V2Kind
+V2_FLOAT_DECIMAL: V2Kind
+V2_FLOAT: V2Kind
+V2_TEXT: V2Kind
+V2_BLOB: V2Kind
+V2_JSON: V2Kind
+V2_TEXT_NUMBERED: V2Kind
+V2_TIMESTAMP: V2Kind
+V2_DATE: V2Kind
+V2_TIME: V2Kind
+V2_REVISION_TEXT: V2Kind
+V2_REVISION_BYTES: V2Kind
+V2_VALUES: V2Kind
 RECEIVE_STATUS_UNSPECIFIED: ReceiveStatus
 RECEIVED: ReceiveStatus
 RETRYABLE_FAILURE: ReceiveStatus
@@ -119,6 +182,9 @@ OFFLINE: HealthState
 DIRECTION_UNSPECIFIED: Direction
 UPLINK: Direction
 DOWNLINK: Direction
+RULE_VALIDATION_UNSPECIFIED: RuleValidation
+RULE_VALID: RuleValidation
+RULE_FAILED: RuleValidation
 RULE_STATUS_UNSPECIFIED: RuleStatus
 DRAFT: RuleStatus
 VALIDATED: RuleStatus
@@ -260,6 +326,144 @@ class UploadBatch(_message.Message):
     checksum: bytes
     def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., batch_id: _Optional[bytes] = ..., created_at_micros: _Optional[int] = ..., events: _Optional[_Iterable[_Union[ChangeEvent, _Mapping]]] = ..., strings: _Optional[_Iterable[str]] = ..., uncompressed_bytes: _Optional[int] = ..., checksum: _Optional[bytes] = ...) -> None: ...
 
+class UploadBatchV2(_message.Message):
+    __slots__ = ("protocol_version", "node_id", "batch_id", "created_at_micros", "strings", "event_count", "event_ids_digest", "streams", "events", "tables", "explicit_id_indexes", "explicit_ids", "uncompressed_bytes", "checksum")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_IDS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_ID_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_IDS_FIELD_NUMBER: _ClassVar[int]
+    UNCOMPRESSED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: str
+    node_id: str
+    batch_id: bytes
+    created_at_micros: int
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    event_count: int
+    event_ids_digest: bytes
+    streams: _containers.RepeatedCompositeFieldContainer[V2Stream]
+    events: V2Events
+    tables: _containers.RepeatedCompositeFieldContainer[V2Table]
+    explicit_id_indexes: _containers.RepeatedScalarFieldContainer[int]
+    explicit_ids: bytes
+    uncompressed_bytes: int
+    checksum: bytes
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., batch_id: _Optional[bytes] = ..., created_at_micros: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., event_count: _Optional[int] = ..., event_ids_digest: _Optional[bytes] = ..., streams: _Optional[_Iterable[_Union[V2Stream, _Mapping]]] = ..., events: _Optional[_Union[V2Events, _Mapping]] = ..., tables: _Optional[_Iterable[_Union[V2Table, _Mapping]]] = ..., explicit_id_indexes: _Optional[_Iterable[int]] = ..., explicit_ids: _Optional[bytes] = ..., uncompressed_bytes: _Optional[int] = ..., checksum: _Optional[bytes] = ...) -> None: ...
+
+class V2Stream(_message.Message):
+    __slots__ = ("origin_node_ref", "source_connector_ref", "source_topic_ref", "source_partition", "replay_epoch", "base_offset")
+    ORIGIN_NODE_REF_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_CONNECTOR_REF_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_REF_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    origin_node_ref: int
+    source_connector_ref: int
+    source_topic_ref: int
+    source_partition: int
+    replay_epoch: int
+    base_offset: int
+    def __init__(self, origin_node_ref: _Optional[int] = ..., source_connector_ref: _Optional[int] = ..., source_topic_ref: _Optional[int] = ..., source_partition: _Optional[int] = ..., replay_epoch: _Optional[int] = ..., base_offset: _Optional[int] = ...) -> None: ...
+
+class V2Events(_message.Message):
+    __slots__ = ("table_runs", "stream_runs", "offset_deltas", "operations", "captured_at", "revision_modes", "revisions", "sequence_gap", "schema_version", "rule_id", "rule_version", "trace_id", "transaction_id", "transaction_order", "business_occurred_at", "detail_refs", "detail_bits", "details")
+    TABLE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_RUNS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_DELTAS_FIELD_NUMBER: _ClassVar[int]
+    OPERATIONS_FIELD_NUMBER: _ClassVar[int]
+    CAPTURED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVISION_MODES_FIELD_NUMBER: _ClassVar[int]
+    REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_GAP_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ORDER_FIELD_NUMBER: _ClassVar[int]
+    BUSINESS_OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_REFS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_BITS_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    table_runs: _containers.RepeatedScalarFieldContainer[int]
+    stream_runs: _containers.RepeatedScalarFieldContainer[int]
+    offset_deltas: _containers.RepeatedScalarFieldContainer[int]
+    operations: _containers.RepeatedScalarFieldContainer[int]
+    captured_at: V2Column
+    revision_modes: _containers.RepeatedScalarFieldContainer[int]
+    revisions: bytes
+    sequence_gap: V2Column
+    schema_version: V2Column
+    rule_id: V2Column
+    rule_version: V2Column
+    trace_id: V2Column
+    transaction_id: V2Column
+    transaction_order: V2Column
+    business_occurred_at: V2Column
+    detail_refs: _containers.RepeatedScalarFieldContainer[int]
+    detail_bits: _containers.RepeatedScalarFieldContainer[int]
+    details: _containers.RepeatedCompositeFieldContainer[V2Column]
+    def __init__(self, table_runs: _Optional[_Iterable[int]] = ..., stream_runs: _Optional[_Iterable[int]] = ..., offset_deltas: _Optional[_Iterable[int]] = ..., operations: _Optional[_Iterable[int]] = ..., captured_at: _Optional[_Union[V2Column, _Mapping]] = ..., revision_modes: _Optional[_Iterable[int]] = ..., revisions: _Optional[bytes] = ..., sequence_gap: _Optional[_Union[V2Column, _Mapping]] = ..., schema_version: _Optional[_Union[V2Column, _Mapping]] = ..., rule_id: _Optional[_Union[V2Column, _Mapping]] = ..., rule_version: _Optional[_Union[V2Column, _Mapping]] = ..., trace_id: _Optional[_Union[V2Column, _Mapping]] = ..., transaction_id: _Optional[_Union[V2Column, _Mapping]] = ..., transaction_order: _Optional[_Union[V2Column, _Mapping]] = ..., business_occurred_at: _Optional[_Union[V2Column, _Mapping]] = ..., detail_refs: _Optional[_Iterable[int]] = ..., detail_bits: _Optional[_Iterable[int]] = ..., details: _Optional[_Iterable[_Union[V2Column, _Mapping]]] = ...) -> None: ...
+
+class V2Table(_message.Message):
+    __slots__ = ("database_ref", "schema_ref", "table_ref", "key_refs", "column_refs", "key", "after_bits", "before_modes", "before_bits", "after", "before")
+    DATABASE_REF_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_REF_FIELD_NUMBER: _ClassVar[int]
+    TABLE_REF_FIELD_NUMBER: _ClassVar[int]
+    KEY_REFS_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_REFS_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    AFTER_BITS_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_MODES_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_BITS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    database_ref: int
+    schema_ref: int
+    table_ref: int
+    key_refs: _containers.RepeatedScalarFieldContainer[int]
+    column_refs: _containers.RepeatedScalarFieldContainer[int]
+    key: _containers.RepeatedCompositeFieldContainer[V2Column]
+    after_bits: _containers.RepeatedScalarFieldContainer[int]
+    before_modes: _containers.RepeatedScalarFieldContainer[int]
+    before_bits: _containers.RepeatedScalarFieldContainer[int]
+    after: _containers.RepeatedCompositeFieldContainer[V2Column]
+    before: _containers.RepeatedCompositeFieldContainer[V2Column]
+    def __init__(self, database_ref: _Optional[int] = ..., schema_ref: _Optional[int] = ..., table_ref: _Optional[int] = ..., key_refs: _Optional[_Iterable[int]] = ..., column_refs: _Optional[_Iterable[int]] = ..., key: _Optional[_Iterable[_Union[V2Column, _Mapping]]] = ..., after_bits: _Optional[_Iterable[int]] = ..., before_modes: _Optional[_Iterable[int]] = ..., before_bits: _Optional[_Iterable[int]] = ..., after: _Optional[_Iterable[_Union[V2Column, _Mapping]]] = ..., before: _Optional[_Iterable[_Union[V2Column, _Mapping]]] = ...) -> None: ...
+
+class V2Column(_message.Message):
+    __slots__ = ("kind", "nulls", "exponent", "exponents", "deltas", "floats", "blob", "lengths", "picks", "values")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NULLS_FIELD_NUMBER: _ClassVar[int]
+    EXPONENT_FIELD_NUMBER: _ClassVar[int]
+    EXPONENTS_FIELD_NUMBER: _ClassVar[int]
+    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    FLOATS_FIELD_NUMBER: _ClassVar[int]
+    BLOB_FIELD_NUMBER: _ClassVar[int]
+    LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    PICKS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    kind: V2Kind
+    nulls: bytes
+    exponent: int
+    exponents: _containers.RepeatedScalarFieldContainer[int]
+    deltas: _containers.RepeatedScalarFieldContainer[int]
+    floats: _containers.RepeatedScalarFieldContainer[float]
+    blob: bytes
+    lengths: _containers.RepeatedScalarFieldContainer[int]
+    picks: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, kind: _Optional[_Union[V2Kind, str]] = ..., nulls: _Optional[bytes] = ..., exponent: _Optional[int] = ..., exponents: _Optional[_Iterable[int]] = ..., deltas: _Optional[_Iterable[int]] = ..., floats: _Optional[_Iterable[float]] = ..., blob: _Optional[bytes] = ..., lengths: _Optional[_Iterable[int]] = ..., picks: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
 class EventReceiveStatus(_message.Message):
     __slots__ = ("event_id", "status", "reason_code", "detail", "result")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -317,7 +521,7 @@ class ReceiptsPage(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
 
 class ShoreRowChange(_message.Message):
-    __slots__ = ("record", "operation", "values", "expected_local_revision", "result_revision", "origin_node_ref", "origin_event_id")
+    __slots__ = ("record", "operation", "values", "expected_local_revision", "result_revision", "origin_node_ref", "origin_event_id", "rule_id_ref", "rule_version", "by_key")
     RECORD_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
@@ -325,6 +529,9 @@ class ShoreRowChange(_message.Message):
     RESULT_REVISION_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_NODE_REF_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_ID_REF_FIELD_NUMBER: _ClassVar[int]
+    RULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BY_KEY_FIELD_NUMBER: _ClassVar[int]
     record: RecordKey
     operation: Operation
     values: _containers.RepeatedCompositeFieldContainer[Column]
@@ -332,7 +539,10 @@ class ShoreRowChange(_message.Message):
     result_revision: bytes
     origin_node_ref: int
     origin_event_id: bytes
-    def __init__(self, record: _Optional[_Union[RecordKey, _Mapping]] = ..., operation: _Optional[_Union[Operation, str]] = ..., values: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., expected_local_revision: _Optional[bytes] = ..., result_revision: _Optional[bytes] = ..., origin_node_ref: _Optional[int] = ..., origin_event_id: _Optional[bytes] = ...) -> None: ...
+    rule_id_ref: int
+    rule_version: int
+    by_key: bool
+    def __init__(self, record: _Optional[_Union[RecordKey, _Mapping]] = ..., operation: _Optional[_Union[Operation, str]] = ..., values: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., expected_local_revision: _Optional[bytes] = ..., result_revision: _Optional[bytes] = ..., origin_node_ref: _Optional[int] = ..., origin_event_id: _Optional[bytes] = ..., rule_id_ref: _Optional[int] = ..., rule_version: _Optional[int] = ..., by_key: _Optional[bool] = ...) -> None: ...
 
 class ConflictDecision(_message.Message):
     __slots__ = ("decision_id", "conflict_id", "rule_id_ref", "rule_version", "record", "expected_local_revision", "decided_value", "tombstone", "decided_revision", "reason")
@@ -372,21 +582,35 @@ class ConfigChange(_message.Message):
     reason: str
     def __init__(self, config_version: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class ResendRequest(_message.Message):
+    __slots__ = ("source_topic_ref", "source_partition", "replay_epoch", "from_source_sequence")
+    SOURCE_TOPIC_REF_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FROM_SOURCE_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    source_topic_ref: int
+    source_partition: int
+    replay_epoch: int
+    from_source_sequence: int
+    def __init__(self, source_topic_ref: _Optional[int] = ..., source_partition: _Optional[int] = ..., replay_epoch: _Optional[int] = ..., from_source_sequence: _Optional[int] = ...) -> None: ...
+
 class DownlinkCommand(_message.Message):
-    __slots__ = ("command_id", "sequence", "issued_at_micros", "row_change", "conflict_decision", "config_change")
+    __slots__ = ("command_id", "sequence", "issued_at_micros", "row_change", "conflict_decision", "config_change", "resend")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
     ROW_CHANGE_FIELD_NUMBER: _ClassVar[int]
     CONFLICT_DECISION_FIELD_NUMBER: _ClassVar[int]
     CONFIG_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    RESEND_FIELD_NUMBER: _ClassVar[int]
     command_id: bytes
     sequence: int
     issued_at_micros: int
     row_change: ShoreRowChange
     conflict_decision: ConflictDecision
     config_change: ConfigChange
-    def __init__(self, command_id: _Optional[bytes] = ..., sequence: _Optional[int] = ..., issued_at_micros: _Optional[int] = ..., row_change: _Optional[_Union[ShoreRowChange, _Mapping]] = ..., conflict_decision: _Optional[_Union[ConflictDecision, _Mapping]] = ..., config_change: _Optional[_Union[ConfigChange, _Mapping]] = ...) -> None: ...
+    resend: ResendRequest
+    def __init__(self, command_id: _Optional[bytes] = ..., sequence: _Optional[int] = ..., issued_at_micros: _Optional[int] = ..., row_change: _Optional[_Union[ShoreRowChange, _Mapping]] = ..., conflict_decision: _Optional[_Union[ConflictDecision, _Mapping]] = ..., config_change: _Optional[_Union[ConfigChange, _Mapping]] = ..., resend: _Optional[_Union[ResendRequest, _Mapping]] = ...) -> None: ...
 
 class CommandsPage(_message.Message):
     __slots__ = ("commands", "strings", "next_cursor", "has_more")
@@ -499,7 +723,7 @@ class ThroughputSample(_message.Message):
     def __init__(self, direction: _Optional[_Union[Direction, str]] = ..., window_start_micros: _Optional[int] = ..., window_seconds: _Optional[int] = ..., payload_bytes_confirmed: _Optional[int] = ..., physical_bytes: _Optional[int] = ..., active_transfer_seconds: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version")
+    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version", "rules")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -508,6 +732,7 @@ class Heartbeat(_message.Message):
     BACKLOG_FIELD_NUMBER: _ClassVar[int]
     THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: str
     node_id: str
     client_version: str
@@ -516,7 +741,24 @@ class Heartbeat(_message.Message):
     backlog: _containers.RepeatedCompositeFieldContainer[PartitionBacklog]
     throughput: _containers.RepeatedCompositeFieldContainer[ThroughputSample]
     active_config_version: str
-    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ...) -> None: ...
+    rules: _containers.RepeatedCompositeFieldContainer[RuleActivation]
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleActivation, _Mapping]]] = ...) -> None: ...
+
+class RuleActivation(_message.Message):
+    __slots__ = ("rule_id", "active_version", "candidate_version", "validation", "problems", "activated_at_micros")
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
+    rule_id: str
+    active_version: int
+    candidate_version: int
+    validation: RuleValidation
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    activated_at_micros: int
+    def __init__(self, rule_id: _Optional[str] = ..., active_version: _Optional[int] = ..., candidate_version: _Optional[int] = ..., validation: _Optional[_Union[RuleValidation, str]] = ..., problems: _Optional[_Iterable[str]] = ..., activated_at_micros: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("server_time_micros", "next_interval_seconds", "config_version")
