@@ -209,7 +209,12 @@ def test_a_manual_ship_decision_is_applied_on_the_shore_and_sent_to_every_ship(
 
     row = items(setup.conn)[1]
     _, ship_revision = setup.ship.rows[1]
-    assert row[:4] == ("anchor", 4, Decimal("10.50"), ship_revision.text)
+    case = setup.apps.conflicts.get_case(conflict_id)
+    # The ship's UPDATE carried the one column it changed, laid over the shore's row: a
+    # whole row, under a revision of its own.
+    decided = Revision.parse(str(case.decision["decided_revision"]))
+    assert decided != ship_revision
+    assert row[:4] == ("anchor", 4, Decimal("10.50"), decided.text)
     assert row[5] == outcome.decision_id  # a platform write: the shore CDC will not echo it
     assert outcome.decision_id in ledger_ids(setup.conn, database)
     case = setup.apps.conflicts.get_case(conflict_id)
@@ -218,7 +223,7 @@ def test_a_manual_ship_decision_is_applied_on_the_shore_and_sent_to_every_ship(
     (other,) = decision_commands(downlink, OTHER_SHIP)
     assert mine.payload.expected_local_revision == ship_revision
     assert other.payload.expected_local_revision.text == shore_revision
-    assert {mine.payload.decided_revision, other.payload.decided_revision} == {ship_revision}
+    assert {mine.payload.decided_revision, other.payload.decided_revision} == {decided}
 
     # The quiet ship's row moved on meanwhile: the decision is stale there.
     newer = Revision(uuid.uuid4().bytes)
@@ -239,7 +244,7 @@ def test_a_manual_ship_decision_is_applied_on_the_shore_and_sent_to_every_ship(
     evidence = new_case.latest_evidence
     assert evidence["origin_node_id"] == OTHER_SHIP
     assert evidence["incoming_result_revision"] == newer.text
-    assert evidence["current_revision"] == ship_revision.text
+    assert evidence["current_revision"] == decided.text
 
 
 def test_a_ship_report_of_a_shore_change_joins_the_case_of_the_same_update(
@@ -343,10 +348,13 @@ class ReportJoinsWhileDeciding:
         self.reader, self.join, self.joined = reader, join, False
 
     def current_revision(self, case):
+        return self.current_row(case)[1]
+
+    def current_row(self, case):
         if not self.joined:
             self.joined = True
             self.join()
-        return self.reader.current_revision(case)
+        return self.reader.current_row(case)
 
 
 @pytest.mark.parametrize("pinned", [False, True])

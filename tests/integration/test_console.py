@@ -73,6 +73,15 @@ mutation($input: DecideConflictInput!) {
   }
 }"""
 
+REFRESH = """
+mutation($input: RefreshConflictEvidenceInput!) {
+  refreshConflictEvidence(input: $input) {
+    __typename
+    ... on ConflictEvidenceRefreshed { conflictId refreshed state version position { token } }
+    ... on ConflictError { code message }
+  }
+}"""
+
 CANCEL = """
 mutation($input: CancelConflictInput!) {
   cancelConflict(input: $input) {
@@ -168,6 +177,10 @@ MUTATIONS = {
     "decideConflict": (
         'mutation { decideConflict(input: {conflictId: "00000000-0000-0000-0000-000000000000",'
         ' side: SHORE, reason: "r"}) { __typename } }', {"approver", "admin"}, "ConflictError"),
+    "refreshConflictEvidence": (
+        'mutation { refreshConflictEvidence(input: {conflictId:'
+        ' "00000000-0000-0000-0000-000000000000", reason: "r"}) { __typename } }',
+        {"approver", "admin"}, "ConflictError"),
     "cancelConflict": (
         'mutation { cancelConflict(input: {conflictId: "00000000-0000-0000-0000-000000000000",'
         ' reason: "r"}) { __typename } }', {"operator", "admin"}, "ConflictError"),
@@ -318,6 +331,20 @@ def test_a_decision_is_refused_when_the_record_changed_since_the_evidence(
     assert refused["__typename"] == "ConflictError" and refused["code"] == "EVIDENCE_STALE"
     assert data(world.query(CONFLICT_DETAIL, {"id": conflict_id}))["conflict"]["state"] == (
         "DETECTED")
+
+    # Refreshing the evidence takes the shore's row as it is now; then the decision is made.
+    def refresh(role: str = "approver") -> dict[str, Any]:
+        body = world.query(REFRESH, {"input": {"conflictId": conflict_id,
+                                               "reason": "the shore row moved"}}, role=role)
+        result: dict[str, Any] = data(body)["refreshConflictEvidence"]
+        return result
+
+    refreshed = refresh()
+    assert refreshed["__typename"] == "ConflictEvidenceRefreshed" and refreshed["refreshed"]
+    assert refresh()["refreshed"] is False  # already current: nothing recorded
+    decided = decide(world, conflict_id, side="SHIP")
+    assert decided["__typename"] == "ConflictDecided" and decided["state"] == "DECIDED"
+    assert refresh()["code"] == "NOT_REFRESHABLE"
 
 
 def test_a_replacement_value_is_typed_from_the_evidence(world: ConsoleWorld):

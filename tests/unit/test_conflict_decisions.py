@@ -26,6 +26,7 @@ from tidesync.domain.conflict_case import (
     DecisionSide,
     active_conflict_key,
     conflict_evidence,
+    image_evidence,
     record_key_digest,
     rule_for,
 )
@@ -88,12 +89,137 @@ def test_a_shore_decision_keeps_the_shore_row_without_sync_columns():
     assert decision["tombstone"] is False and decision["evidence_count"] == 1
 
 
-def test_a_ship_decision_keeps_the_ships_change_and_revision():
+def test_a_ship_update_decided_for_the_ship_is_laid_over_the_shore_row():
+    # The UPDATE carried its key and the one column it changed: the decided row is the
+    # shore's with that column, whole, and (no longer the ship's own row) a new revision.
     case = new_case(qty=5)
     decide(case, DecisionSide.SHIP)
     assert case.decision is not None
-    assert case.decision["decided_value"] == [["id", ["int", "7"]], ["qty", ["int", "5"]]]
+    assert dict(map(tuple, case.decision["decided_value"])) == {
+        "id": ["int", "7"], "name": ["str", "anchor"], "qty": ["int", "5"],
+        "price": ["decimal", "10.50"], "note": ["null"]}
+    assert case.decision["decided_revision"] == "44444444-4444-4444-8444-444444444444"
+
+
+def ship_report(case: ConflictCase, row: dict[str, list[object]] | None,
+                revision: Revision | None, shore: dict[str, object] | None = SHORE_ROW,
+                shore_revision: Revision | None = SHORE_REVISION) -> None:
+    """A ship's answer to a command, with its whole row (as the arbiter records it)."""
+    case.add_evidence({
+        "event_id": str(uuid.uuid4()), "source": "COMMAND_ACK", "origin_node_id": "ship-1",
+        "operation": "REPORTED", "incoming_before": None,
+        "incoming_after": None if row is None else [[k, v] for k, v in row.items()],
+        "incoming_complete": True, "incoming_base_revision": None,
+        "incoming_result_revision": None if revision is None else revision.text,
+        "current_row": None if shore is None else image_evidence(shore),
+        "current_revision": None if shore_revision is None else shore_revision.text,
+        "rule_version": None, "captured_at": None}, "node:ship-1", "report")
+
+
+def test_a_ship_decision_keeps_the_ships_whole_reported_row_and_revision():
+    case = new_case(qty=5)
+    whole = {"id": ["int", "7"], "name": ["str", "renamed"], "qty": ["int", "5"],
+             "price": ["decimal", "9.00"], "note": ["str", "ship"]}
+    ship_report(case, whole, SHIP_RESULT)
+    decide(case, DecisionSide.SHIP)
+    assert case.decision is not None
+    assert dict(map(tuple, case.decision["decided_value"])) == whole
     assert case.decision["decided_revision"] == SHIP_RESULT.text
+
+
+def test_a_ship_update_without_a_whole_row_anywhere_is_not_decided_for_the_ship():
+    # The shore deleted the row, the ship's UPDATE carried one column: nothing completes it.
+    event = ship_update(qty=5)
+    rule = rule_for(event)
+    digest = record_key_digest(rule, event)
+    case = ConflictCase(
+        active_key=active_conflict_key(rule, digest, None, SHIP_RESULT), rule_id=rule,
+        rule_version=None, key_digest=digest, database="shipdb", table="items",
+        evidence=conflict_evidence(event, None, None), actor="system:test", reason="missing")
+    assert refusal(lambda: decide(case, DecisionSide.SHIP, current=None)) is (
+        ConflictRefusal.SHIP_ROW_INCOMPLETE)
+    # The shore's deletion can still win.
+    case.decide(str(uuid.uuid4()), DecisionSide.SHORE, None, None, "r", "user:alice", "agreed")
+    assert case.decision is not None and case.decision["tombstone"] is True
+
+
+def test_a_shore_decision_takes_the_shore_row_read_with_its_revision():
+    case = new_case()
+    read = image_evidence({**SHORE_ROW, "note": "read just now"})
+    case.decide("d-1", DecisionSide.SHORE, None, SHORE_REVISION.text, "r", "user:alice",
+                "agreed", current_row=read)
+    assert case.decision is not None
+    assert ["note", ["str", "read just now"]] in case.decision["decided_value"]
+
+
+def test_refreshed_evidence_makes_a_stale_case_decidable():
+    case = new_case()
+    moved = "55555555-5555-4555-8555-555555555555"
+    assert refusal(lambda: decide(case, current=moved)) is ConflictRefusal.EVIDENCE_STALE
+    assert refusal(lambda: case.refresh_evidence("e-2", None, moved, "user:bob", " ")) is (
+        ConflictRefusal.REASON_REQUIRED)
+    row = image_evidence({**SHORE_ROW, "qty": 200, "_sync_revision": moved})
+    assert case.refresh_evidence("e-2", row, moved, "user:bob", "the shore row moved")
+    assert case.latest_evidence["source"] == "REFRESH"
+    assert case.latest_evidence["incoming_after"] == case.evidence[0]["incoming_after"]
+    # Asking again changes nothing: the evidence already shows the shore's row.
+    assert not case.refresh_evidence("e-3", row, moved, "user:bob", "again")
+    assert len(case.evidence) == 2
+    decide(case, current=moved)
+    assert case.decision is not None and case.decision["decided_revision"] == moved
+    assert ["qty", ["int", "200"]] in case.decision["decided_value"]
+    assert refusal(lambda: case.refresh_evidence("e-4", row, moved, "user:bob", "late")) is (
+        ConflictRefusal.NOT_REFRESHABLE)
+
+
+def test_a_replacement_may_name_columns_only_a_ships_report_showed():
+    # The shore has no row and the ship's UPDATE carried one column; the ship's report of
+    # its whole row tells which columns the record has.
+    event = ship_update(qty=5)
+    rule = rule_for(event)
+    digest = record_key_digest(rule, event)
+    case = ConflictCase(
+        active_key=active_conflict_key(rule, digest, None, SHIP_RESULT), rule_id=rule,
+        rule_version=None, key_digest=digest, database="shipdb", table="items",
+        evidence=conflict_evidence(event, None, None), actor="system:test", reason="missing")
+    ship_report(case, {"id": ["int", "7"], "name": ["str", "x"], "qty": ["int", "5"]},
+                SHIP_RESULT, shore=None, shore_revision=None)
+    assert set(case.evidence_columns()) == {"id", "name", "qty"}
+    decide(case, DecisionSide.SHIP, current=None)
+    assert case.decision is not None and case.decision["decided_revision"] == SHIP_RESULT.text
+
+
+def dispatched(case: ConflictCase, node: str = "ship-1") -> None:
+    case.dispatch([{"node_id": node, "command_id": "c-1"}], False, "system:arbiter", "queued")
+
+
+def test_a_decision_goes_again_to_a_node_holding_a_row_the_case_weighed():
+    case = new_case()
+    decide(case)
+    dispatched(case)
+    assert refusal(lambda: case.check_retarget("ship-1", SHORE_REVISION.text)) is (
+        ConflictRefusal.NOT_RETARGETABLE)  # the node has not answered yet
+    case.record_ack("ship-1", "c-1", "COMMAND_CONFLICT_REPORTED", "DECISION_STALE",
+                    "node:ship-1", "stale")
+    newer = "66666666-6666-4666-8666-666666666666"
+    assert refusal(lambda: case.check_retarget("ship-1", newer)) is (
+        ConflictRefusal.NOT_RETARGETABLE)  # a change the case never saw
+    for attempt in range(3):
+        case.retarget("ship-1", f"c-{attempt + 2}", SHIP_BASE.text, "system:arbiter", "again")
+        assert case.command_of("ship-1") == f"c-{attempt + 2}" and "ship-1" not in case.acks
+        case.record_ack("ship-1", f"c-{attempt + 2}", "COMMAND_CONFLICT_REPORTED",
+                        "DECISION_STALE", "node:ship-1", "stale")
+    # A row that keeps moving ends the retries.
+    assert refusal(lambda: case.check_retarget("ship-1", SHIP_BASE.text)) is (
+        ConflictRefusal.NOT_RETARGETABLE)
+    assert case.retargets_to("ship-1") == 3
+
+
+def test_no_row_counts_as_weighed_only_where_the_evidence_shows_one_missing():
+    case = new_case()
+    assert not case.weighed(None) and case.weighed(SHIP_RESULT.text)
+    ship_report(case, None, None)
+    assert case.weighed(None)
 
 
 def test_a_decision_is_refused_when_the_record_moved_on():

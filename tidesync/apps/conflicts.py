@@ -1,12 +1,13 @@
-"""Manual conflict decisions, cancellations and redispatches (§11.3, §11.5): the one service the
-console and the CLI share.
+"""Manual conflict decisions, evidence refreshes, cancellations and redispatches (§11.3,
+§11.5): the one service the console and the CLI share.
 
-Each command loads the case, re-reads the record's current revision on the shore target,
-lets the aggregate decide, and saves; the answer carries the position to wait on.
+Each command loads the case, re-reads the record's current row and revision on the shore
+target, lets the aggregate decide, and saves; the answer carries the position to wait on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,9 +26,8 @@ from tidesync.domain.conflict_case import (
 )
 from tidesync.domain.downlink_command import (
     CommandKind,
-    DecisionPayload,
     NewCommand,
-    RowChangePayload,
+    Payload,
 )
 from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.evidence import EvidenceValueError, parse_display
@@ -41,7 +41,7 @@ _SAVE_ATTEMPTS = 3
 
 class SentCommand(Protocol):
     @property
-    def payload(self) -> RowChangePayload | DecisionPayload: ...
+    def payload(self) -> Payload: ...
 
 
 class CommandIssuer(Protocol):
@@ -84,12 +84,15 @@ class RevisionUnavailable(ConflictCommandError, Unavailable):
 
 
 class RevisionReader(Protocol):
-    """Reads the record's current revision on the shore (None: the row does not exist).
+    """Reads the record's current revision on the shore (None: the row does not exist), or
+    its whole row with it (type-tagged image with the sync columns, None: no row).
 
     Raises RevisionUnavailable when it cannot tell.
     """
 
     def current_revision(self, case: ConflictCase) -> str | None: ...
+
+    def current_row(self, case: ConflictCase) -> tuple[list[list[object]] | None, str | None]: ...
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class ConflictOutcome:
     version: int
     decision_id: str | None
     position: int
+    recorded: bool = True
+    """False when the command found nothing to record (an evidence refresh of a row that had
+    not changed)."""
 
 
 @dataclass(frozen=True)
@@ -142,16 +148,33 @@ class ConflictService:
             if case.decision is not None and case.decision.get("decision_id") == decision_id:
                 return self._outcome(case, None)  # The same request again: already recorded.
             _check_version(case, decision.expected_version)
-            current = self.revisions.current_revision(case)
+            row, current = self.revisions.current_row(case)
             case.decide(decision_id, decision.side, decision.replacement, current,
                         str(self.new_uuid()), decision.actor, decision.reason,
-                        decision.trace_id)
+                        decision.trace_id, current_row=row)
             # The arbiter in `shore work` applies and dispatches it next.
             return self._save(case, [("UPDATE active_conflict SET due_at = %s"
                                       " WHERE conflict_id = %s", (DUE_AT_ONCE, case.id)),
                                      *decided_revision_statements(case)])
 
         return _again_if_moved_on(attempt, decision.expected_version)
+
+    def refresh(self, conflict_id: uuid.UUID, actor: str, reason: str,
+                expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:
+        """Read the shore's row again and record it as the case's newest evidence (the ship's
+        side as the latest evidence shows it), so a decision refused as stale can be made.
+        Nothing is recorded when the evidence already shows the shore's row as it is."""
+
+        def attempt() -> ConflictOutcome:
+            case = self.case(conflict_id)
+            _check_version(case, expected_version)
+            row, current = self.revisions.current_row(case)
+            if not case.refresh_evidence(str(self.new_uuid()), row, current, actor, reason,
+                                         trace_id):
+                return dataclasses.replace(self._outcome(case, None), recorded=False)
+            return self._save(case)
+
+        return _again_if_moved_on(attempt, expected_version)
 
     def cancel(self, conflict_id: uuid.UUID, actor: str, reason: str,
                expected_version: int | None = None, trace_id: str = "") -> ConflictOutcome:

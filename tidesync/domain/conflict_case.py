@@ -16,11 +16,15 @@ from eventsourcing.domain import Aggregate, event
 
 from tidesync.domain.change_event import (
     ChangeEvent,
+    Operation,
     RecordKey,
     Revision,
     table_rule,
     tombstone_revision,
 )
+from tidesync.domain.conflict_images import SYNC_COLUMN_PREFIX as SYNC_COLUMN_PREFIX
+from tidesync.domain.conflict_images import Image, business, columns_of, ship_row
+from tidesync.domain.conflict_images import is_sync_column as is_sync_column
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.values import Value, canonical_value
 
@@ -57,14 +61,10 @@ EXPIRABLE_STATES = ACTIVE_STATES
 SUCCESSFUL_ACKS = frozenset({"COMMAND_APPLIED", "COMMAND_ALREADY_APPLIED"})
 """Command results that mean a node holds the decided row."""
 
-SYNC_COLUMN_PREFIX = "_sync_"
-"""The §5.1 metadata columns (revision, origin, event id, time): applying a decision sets them,
-so they are neither compared nor part of a decided value."""
-
-
-def is_sync_column(name: str) -> bool:
-    return name.startswith(SYNC_COLUMN_PREFIX)
-
+RETARGET_LIMIT = 3
+"""How often a decision is sent again to one node whose row the case had weighed (its answer
+named a revision of the evidence): each time the node's row moves to the decided one, so more
+is a node whose row keeps moving, and the case expires instead."""
 
 class DecisionSide(enum.StrEnum):
     """What a manual decision keeps (§11.5): the shore's row, the ship's, or a full new value."""
@@ -89,6 +89,9 @@ class ConflictRefusal(enum.StrEnum):
     REPLACEMENT_UNEXPECTED = "REPLACEMENT_UNEXPECTED"
     REPLACEMENT_COLUMNS = "REPLACEMENT_COLUMNS"
     REPLACEMENT_TYPE = "REPLACEMENT_TYPE"
+    SHIP_ROW_INCOMPLETE = "SHIP_ROW_INCOMPLETE"
+    NOT_REFRESHABLE = "NOT_REFRESHABLE"
+    NOT_RETARGETABLE = "NOT_RETARGETABLE"
 
 
 class ConflictRefused(TidesyncError):
@@ -104,11 +107,16 @@ class ConflictRefused(TidesyncError):
 
 
 def rule_for_record(record: RecordKey, rule_id: str | None = None) -> str:
-    """The rule a record belongs to; without a rule runtime, one implicit rule per table."""
+    """The rule a record belongs to: `rule_id` when the shore knows it (a released rule that
+    authorized the change, or a case's own rule), else its table's implicit rule."""
     return rule_id or table_rule(record.database, record.table)
 
 
 def rule_for(event: ChangeEvent) -> str:
+    """The rule of an event as the shore admitted it: the shore's apply scope sets `rule_id`
+    to the released rule it looked up, or clears it (no rules: the table's implicit rule), so
+    the id a ship sent is never taken on trust. On a received event not yet admitted this is
+    only the ship's claim (as the backlog counts it)."""
     return rule_for_record(event.record, event.rule_id)
 
 
@@ -183,13 +191,18 @@ class ConflictCase(Aggregate):
 
     def decide(self, decision_id: str, side: DecisionSide,
                replacement: list[list[object]] | None, current_revision: str | None,
-               replacement_revision: str, actor: str, reason: str, trace_id: str = "") -> None:
+               replacement_revision: str, actor: str, reason: str, trace_id: str = "",
+               *, current_row: Image | None = None) -> None:
         """Record a manual decision (§11.5) against the latest evidence.
 
-        `current_revision` is the record's revision read just before (None: no row); when it
-        is no longer the one the evidence shows, the decision is refused as stale. A
-        REPLACEMENT needs every column of the evidence with values of the same types and is
-        given `replacement_revision`; SHORE and SHIP keep that side's image and revision.
+        `current_revision` is the record's revision read just before (None: no row) and
+        `current_row` the shore's row read with it (None: the evidence's); when the revision
+        is no longer the one the evidence shows, the decision is refused as stale. SHORE
+        keeps the shore's whole row and revision. SHIP keeps the ship's row and revision; a
+        ship row known only by the columns its UPDATE changed is laid over the shore's row
+        and, no longer the ship's own row, given `replacement_revision` (refused when the
+        shore has no row to complete it). A REPLACEMENT needs every column of the evidence
+        with values of the same types and is given `replacement_revision`.
         """
         if self.state not in DECIDABLE_STATES:
             raise ConflictRefused(ConflictRefusal.NOT_DECIDABLE,
@@ -200,24 +213,33 @@ class ConflictCase(Aggregate):
             raise ConflictRefused(ConflictRefusal.EVIDENCE_STALE,
                                   "the record changed since the evidence was captured;"
                                   " refresh the evidence and decide again")
-        value, revision = self._decided_image(side, replacement, replacement_revision)
+        shore = business(current_row) if current_row is not None else business(
+            latest.get("current_row"))
+        value, revision = self._decided_image(side, replacement, replacement_revision, shore)
         if value is None:  # A deletion: its revision is derived from the decision (§12).
             revision = tombstone_revision(uuid.UUID(decision_id)).text
         self._decided(decision_id, side.value, value, value is None, revision, current_revision,
                       len(self.evidence), actor, reason, trace_id)
 
     def _decided_image(self, side: DecisionSide, replacement: list[list[object]] | None,
-                       replacement_revision: str) -> tuple[list[list[object]] | None, str | None]:
+                       replacement_revision: str, shore: Image | None
+                       ) -> tuple[list[list[object]] | None, str | None]:
         latest = self.latest_evidence
         if side is not DecisionSide.REPLACEMENT:
             if replacement is not None:
                 raise ConflictRefused(ConflictRefusal.REPLACEMENT_UNEXPECTED,
                                       f"a {side} decision takes no replacement value")
             if side is DecisionSide.SHORE:
-                return (_business(latest.get("current_row")),
-                        _text(latest.get("current_revision")))
-            return (_business(latest.get("incoming_after")),
-                    _text(latest.get("incoming_result_revision")))
+                return shore, _text(latest.get("current_revision"))
+            image, own, whole = ship_row(self.evidence, shore)
+            if not whole:
+                raise ConflictRefused(
+                    ConflictRefusal.SHIP_ROW_INCOMPLETE,
+                    "the ship's change carries only the columns it changed and the shore has"
+                    " no row to complete it: decide SHORE, or REPLACEMENT with every column,"
+                    " or wait for the ship's report of its whole row")
+            return image, (_text(latest.get("incoming_result_revision")) if own
+                           else replacement_revision)
         if replacement is None:
             raise ConflictRefused(ConflictRefusal.REPLACEMENT_REQUIRED,
                                   "a REPLACEMENT decision needs the complete new value")
@@ -387,21 +409,89 @@ class ConflictCase(Aggregate):
         self.cancellation = {"actor": actor, "reason": reason}
 
     def evidence_columns(self) -> dict[str, list[object]]:
-        """Column name → a typed sample value (the first non-null one the latest evidence
-        shows; ["null"] when every image has it null). The columns are the shore row's, or the
-        ship's when the shore has no row."""
+        """Column name → a typed sample value: every business column any image of the
+        evidence names, with the first non-null value seen (["null"] when every image has it
+        null). The shore's rows are whole, and so is a ship's report of its row."""
+        return columns_of(self.evidence)
+
+    # -- keeping a case decidable --------------------------------------------------------
+
+    def refresh_evidence(self, event_id: str, current_row: Image | None,
+                         current_revision: str | None, actor: str, reason: str,
+                         trace_id: str = "") -> bool:
+        """Take the shore's row as it is now (read from its target) into new evidence, the
+        ship's side as the latest evidence shows it, so a decision is no longer stale.
+        False (nothing recorded) when the evidence already shows that revision and row."""
+        if self.state not in DECIDABLE_STATES:
+            raise ConflictRefused(ConflictRefusal.NOT_REFRESHABLE,
+                                  f"the evidence of a {self.state} conflict is not refreshed")
+        _require_reason(reason)
         latest = self.latest_evidence
-        images = [image for name in ("current_row", "incoming_after", "incoming_before")
-                  if (image := _image(latest.get(name))) is not None]
-        if not images:
-            return {}
-        columns: dict[str, list[object]] = {str(pair[0]): ["null"] for pair in images[0]
-                                            if not is_sync_column(str(pair[0]))}
-        for image in images:
-            for name, value in image:
-                if str(name) in columns and columns[str(name)] == ["null"]:
-                    columns[str(name)] = _as_tagged(value)
-        return columns
+        if (latest.get("current_revision") == current_revision
+                and business(latest.get("current_row")) == business(current_row)):
+            return False
+        evidence = {**latest, "event_id": event_id, "source": "REFRESH",
+                    "current_row": current_row, "current_revision": current_revision,
+                    "captured_at": None}
+        self._evidence_refreshed(evidence, actor, reason, trace_id)
+        return True
+
+    @event("EvidenceRefreshed")
+    def _evidence_refreshed(self, evidence: dict[str, object], actor: str, reason: str,
+                            trace_id: str) -> None:
+        self.evidence.append(evidence)
+        self.event_ids.add(str(evidence["event_id"]))
+
+    def weighed(self, revision: str | None) -> bool:
+        """Whether the case's evidence (or its decision) shows the record at this revision
+        (None: without a row) on either side."""
+        decided = (self.decision or {}).get("decided_revision")
+        if revision is None:
+            return bool((self.decision or {}).get("tombstone")) or any(
+                item.get("current_row") is None or item.get("incoming_after") is None
+                for item in self.evidence)
+        return revision == decided or any(
+            revision in (item.get("current_revision"), item.get("incoming_result_revision"),
+                         item.get("incoming_base_revision"))
+            for item in self.evidence)
+
+    def check_retarget(self, node_id: str, local_revision: str | None) -> None:
+        """Raise ConflictRefused unless `retarget` to this node would be accepted: the node
+        reported another row than the decision expected, but one the case weighed."""
+        ack = self.acks.get(node_id)
+        if (self.state is not ConflictState.DISPATCHED or ack is None
+                or ack["result"] != "COMMAND_CONFLICT_REPORTED"):
+            raise ConflictRefused(ConflictRefusal.NOT_RETARGETABLE,
+                                  "only a decision a node answered with its own row is sent"
+                                  " again with that row expected")
+        if int(self.dispatch_info.get("retargets", {}).get(node_id, 0)) >= RETARGET_LIMIT:
+            raise ConflictRefused(ConflictRefusal.NOT_RETARGETABLE,
+                                  "the node's row kept moving while the decision was sent")
+        if not self.weighed(local_revision):
+            raise ConflictRefused(ConflictRefusal.NOT_RETARGETABLE,
+                                  "the node's row changed after the evidence")
+
+    def retarget(self, node_id: str, command_id: str, local_revision: str | None, actor: str,
+                 reason: str) -> None:
+        """Send the decision again to a node whose row is one the case weighed, expecting
+        that row (`local_revision`, None: no row) instead of the one the evidence showed for
+        it: the node reached it meanwhile (a shore change it applied, say)."""
+        self.check_retarget(node_id, local_revision)
+        self._retargeted(node_id, command_id, local_revision, actor, reason)
+
+    @event("Retargeted")
+    def _retargeted(self, node_id: str, command_id: str, local_revision: str | None, actor: str,
+                    reason: str) -> None:
+        commands = [dict(c) for c in self.dispatch_info["commands"] if c["node_id"] != node_id]
+        counts = dict(self.dispatch_info.get("retargets", {}))
+        counts[node_id] = int(counts.get(node_id, 0)) + 1
+        self.dispatch_info = {**self.dispatch_info, "retargets": counts,
+                              "commands": [*commands, {"node_id": node_id,
+                                                       "command_id": command_id}]}
+        self.acks = {node: ack for node, ack in self.acks.items() if node != node_id}
+
+    def retargets_to(self, node_id: str) -> int:
+        return int(self.dispatch_info.get("retargets", {}).get(node_id, 0))
 
 
 def check_replacement(columns: Mapping[str, list[object]],
@@ -436,27 +526,8 @@ def _require_reason(reason: str) -> None:
         raise ConflictRefused(ConflictRefusal.REASON_REQUIRED, "a reason is required")
 
 
-def _image(raw: object) -> list[list[object]] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list | tuple):
-        raise TypeError("an evidence image is a list of [column, value] pairs")
-    return [list(pair) for pair in raw]
-
-
-def _business(raw: object) -> list[list[object]] | None:
-    image = _image(raw)
-    return None if image is None else [pair for pair in image if not is_sync_column(str(pair[0]))]
-
-
 def _text(raw: object) -> str | None:
     return None if raw is None else str(raw)
-
-
-def _as_tagged(raw: object) -> list[object]:
-    if not isinstance(raw, list | tuple):
-        raise TypeError("a stored value is a type-tagged list")
-    return list(raw)
 
 
 def _tag(tagged: object) -> str:
@@ -472,6 +543,8 @@ def conflict_evidence(event: ChangeEvent, current_row: Mapping[str, Value] | Non
         "operation": event.operation.value,
         "incoming_before": image_evidence(event.before),
         "incoming_after": image_evidence(event.after),
+        # An UPDATE crosses the link as its key and the columns it changed.
+        "incoming_complete": event.operation is not Operation.UPDATE,
         "incoming_base_revision": event.base_revision.text if event.base_revision else None,
         "incoming_result_revision": (
             event.result_revision.text if event.result_revision else None),

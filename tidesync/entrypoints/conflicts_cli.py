@@ -1,5 +1,6 @@
-"""`tidesync conflicts list|show|decide|cancel`: operator access to conflicts from a shell,
-through the same ConflictService the console calls. Needs the PostgreSQL event store."""
+"""`tidesync conflicts list|show|decide|refresh|cancel|redispatch`: operator access to
+conflicts from a shell, through the same ConflictService the console calls. Needs the
+PostgreSQL event store."""
 
 from __future__ import annotations
 
@@ -59,6 +60,15 @@ def register_commands(commands: Commands) -> None:
                         help="refuse if the case moved past this version")
     decide.add_argument("--actor", help="who decides (default: the OS user)")
     decide.set_defaults(handler=_run_decide)
+    refresh = sub.add_parser(
+        "refresh", help="read the shore's row again into the conflict's evidence (after a"
+                        " decision was refused as EVIDENCE_STALE)")
+    refresh.add_argument("conflict_id")
+    refresh.add_argument("--reason", required=True, help="why (recorded on the case)")
+    refresh.add_argument("--expected-version", type=int,
+                         help="refuse if the case moved past this version")
+    refresh.add_argument("--actor", help="who asks (default: the OS user)")
+    refresh.set_defaults(handler=_run_refresh)
     cancel = sub.add_parser("cancel", help="cancel a conflict that has no business effect yet")
     cancel.add_argument("conflict_id")
     cancel.add_argument("--reason", required=True)
@@ -205,6 +215,25 @@ def _run_decide(args: argparse.Namespace) -> int:
         session.close()
     print(f"conflict {outcome.conflict_id} {outcome.state} (decision {outcome.decision_id});"
           " `tidesync shore work` applies and dispatches it")
+    return 0
+
+
+def _run_refresh(args: argparse.Namespace) -> int:
+    session = _Session(_config(args))
+    try:
+        outcome = session.service().refresh(_case_id(args.conflict_id), actor_of(args),
+                                            args.reason, args.expected_version)
+    except (ConflictRefused, ConflictCommandError) as error:
+        print(f"tidesync: refused ({error.code}): {error.message}", file=sys.stderr)
+        return 1
+    finally:
+        session.close()
+    if outcome.recorded:
+        print(f"conflict {outcome.conflict_id} {outcome.state}: the shore's current row is its"
+              f" newest evidence (version {outcome.version}); decide it again")
+    else:
+        print(f"conflict {outcome.conflict_id} {outcome.state}: the evidence already shows the"
+              " shore's current row")
     return 0
 
 

@@ -19,6 +19,7 @@ deterministic, the shore apply is guarded by the ledger).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import uuid
@@ -60,6 +61,8 @@ from tidesync.domain.downlink_command import (
     RowChangePayload,
 )
 from tidesync.domain.evidence import decode_value
+from tidesync.domain.rules.authorization import IMPLICIT_RULE_PREFIX
+from tidesync.domain.rules.release import ReleasedRules
 from tidesync.domain.values import Value
 from tidesync.shore.conflicts import PostgresRecordKeys
 from tidesync.shore.downlink import AckedCommand, DownlinkService
@@ -69,6 +72,7 @@ log = logging.getLogger(__name__)
 
 ACTOR = system_actor("arbiter")
 DECISION_NAMESPACE = uuid.UUID("0c6f3e51-8a2d-5b47-9e13-7d4a2b6c8f05")
+RETARGET_NAMESPACE = uuid.UUID("5a8e2c71-0f3d-5b96-8c14-e2d7a9b3f460")
 RETRY_LATER = dt.timedelta(minutes=1)
 
 Pool = ConnectionPool[psycopg.Connection[TupleRow]]
@@ -79,6 +83,12 @@ class ArbiterSettings:
     shore_node_id: str
     policy_for: Callable[[str, str], Policy] = field(
         default=lambda database, table: Policy(PolicyName.MANUAL))
+    """The policy of a table while no rule is released (`[conflicts].policies`)."""
+    max_clock_skew: dt.timedelta = dt.timedelta(minutes=5)
+    """LAST_WRITER_WINS of a released rule: capture and business times further apart than
+    this go to a person (`conflicts.max_clock_skew_seconds`)."""
+    lower_node_id_wins: bool = True
+    """LAST_WRITER_WINS of a released rule with equal times (`conflicts.tie_break`)."""
     lease: dt.timedelta = dt.timedelta(seconds=60)
     manual_sla: dt.timedelta = dt.timedelta(hours=24)
     worker_id: str = field(default_factory=lambda: f"arbiter-{uuid.uuid4().hex[:8]}")
@@ -90,7 +100,7 @@ class Arbiter:
                  active: ActiveConflicts, revisions: RevisionReader, keys: PostgresRecordKeys,
                  decision_applier: Callable[[], TargetApplier],
                  target_nodes: Callable[[], Sequence[str]], settings: ArbiterSettings,
-                 clock: Clock) -> None:
+                 clock: Clock, rules: ReleasedRules | None = None) -> None:
         self.conflicts = conflicts
         self.downlink = downlink
         self.pool = pool
@@ -102,6 +112,8 @@ class Arbiter:
         self.target_nodes = target_nodes
         self.settings = settings
         self.clock = clock
+        self.rules = rules
+        """The released rule versions whose conflict policies decide their cases."""
 
     def close(self) -> None:
         if self._applier is not None:
@@ -145,7 +157,7 @@ class Arbiter:
 
     def _decide_automatically(self, case: ConflictCase) -> None:
         now = self.clock()
-        policy = self.settings.policy_for(case.database, case.table)
+        policy = self.policy_of(case)
         if policy.name is PolicyName.MANUAL:
             self._to_person(case, "POLICY_MANUAL", "the rule's policy is MANUAL", now)
             return
@@ -164,7 +176,7 @@ class Arbiter:
             self._to_person(case, outcome.reason_code, outcome.reason, now)
             return
         try:
-            current = self.revisions.current_revision(case)
+            row, current = self.revisions.current_row(case)
         except RevisionUnavailable:
             log.warning("conflict %s: current revision unavailable; the lease will expire and "
                         "the decision is tried again", case.id)
@@ -172,8 +184,11 @@ class Arbiter:
         decision_id = str(uuid.uuid5(DECISION_NAMESPACE, f"{case.id}\x1f{case.version}"))
         try:
             case.decide(decision_id, outcome.side, None, current, str(uuid.uuid4()),
-                        f"policy:{policy.name}", outcome.reason)
+                        f"policy:{policy.name}", outcome.reason, current_row=row)
         except ConflictRefused as refused:
+            if refused.refusal is ConflictRefusal.SHIP_ROW_INCOMPLETE:
+                self._to_person(case, refused.refusal.value, refused.message, now)
+                return
             if refused.refusal is not ConflictRefusal.EVIDENCE_STALE:
                 raise
             case.expire("EVIDENCE_STALE", ACTOR,
@@ -184,6 +199,21 @@ class Arbiter:
         log.info("conflict %s decided by policy %s (%s)", case.id, policy.name,
                  outcome.reason_code)
         self.dispatch(case)
+
+    def policy_of(self, case: ConflictCase) -> Policy:
+        """The policy of the case's rule version when the case names a released rule (its
+        time column under the name the shore's row has); `[conflicts].policies` for a table's
+        implicit rule. A named rule the shore cannot find leaves the case to a person."""
+        if not case.rule_id.startswith(IMPLICIT_RULE_PREFIX):
+            rule = (self.rules.released(case.rule_id, case.rule_version)
+                    if self.rules is not None and case.rule_version is not None else None)
+            if rule is None:
+                return Policy(PolicyName.MANUAL)
+            time_column = (rule.target_column(rule.conflict_time_column)
+                           if rule.conflict_time_column else "")
+            return Policy(rule.conflict_policy, time_column, self.settings.max_clock_skew,
+                          self.settings.lower_node_id_wins)
+        return self.settings.policy_for(case.database, case.table)
 
     def _to_person(self, case: ConflictCase, reason_code: str, reason: str,
                    now: dt.datetime) -> None:
@@ -260,13 +290,15 @@ class Arbiter:
     def _node_expectations(self, case: ConflictCase, expected_shore: Revision | None,
                            decided: Revision) -> dict[str, Revision | None]:
         """Each concerned node and the revision its row should have now: a reporting node's
-        own revision from its latest evidence; every other target node the shore's revision
-        before the decision (they are sent nothing when the shore's version won)."""
+        own revision from its latest evidence (none when that shows the row deleted there);
+        every other target node the shore's revision before the decision (they are sent
+        nothing when the shore's version won)."""
         expectations: dict[str, Revision | None] = {}
         for evidence in case.evidence:
             node = str(evidence.get("origin_node_id") or "")
             if node and node != self.settings.shore_node_id:
-                expectations[node] = _revision(evidence.get("incoming_result_revision"))
+                expectations[node] = (None if evidence.get("incoming_after") is None
+                                      else _revision(evidence.get("incoming_result_revision")))
         if decided != expected_shore:
             for node in self.target_nodes():
                 expectations.setdefault(node, expected_shore)
@@ -317,6 +349,9 @@ class Arbiter:
             return
         case.record_ack(command.node_id, str(command.command_id), command.result,
                         command.reason_code, actor, "decision not applied")
+        if command.result == "COMMAND_CONFLICT_REPORTED" and self._retarget(case, command,
+                                                                           payload):
+            return
         if command.result != "COMMAND_CONFLICT_REPORTED":
             log.error("conflict %s: node %s refused the decision (%s); once its cause is fixed,"
                       " `tidesync conflicts redispatch` sends it again", case.id,
@@ -329,13 +364,46 @@ class Arbiter:
         self._save(case, [_release(case.id)])
         decided = payload.decided_value
         shore_image = None if decided is None else {**dict(decided), **payload.record.as_dict()}
-        self._capture_report(command, payload.record, shore_image, payload.decided_revision,
-                             "a decision met a newer revision on the ship")
+        # A deleting decision leaves the shore without a row, and so without a revision.
+        self._capture_report(command, payload.record, shore_image,
+                             None if decided is None else payload.decided_revision,
+                             "a decision met a newer revision on the ship",
+                             rule=(case.rule_id, case.rule_version))
+
+    def _retarget(self, case: ConflictCase, command: AckedCommand,
+                  payload: DecisionPayload) -> bool:
+        """A node that answered a decision with a row the case weighed (a revision of the
+        evidence, or no row where the evidence shows none) gets the same decision again,
+        expecting that row; True when it was sent. Any other row is a newer change."""
+        local = (command.local_revision if command.row_exists else None)
+        local_text = None if local is None else local.text
+        try:
+            case.check_retarget(command.node_id, local_text)
+        except ConflictRefused:
+            return False
+        source_id = uuid.uuid5(RETARGET_NAMESPACE, f"{case.id}\x1f{command.node_id}\x1f"
+                                                   f"{case.retargets_to(command.node_id)}")
+        new = NewCommand(node_id=command.node_id, kind=CommandKind.CONFLICT_DECISION,
+                         source_id=source_id,
+                         payload=dataclasses.replace(payload, expected_local_revision=local),
+                         conflict_id=case.id, actor=ACTOR,
+                         reason="conflict decision, expecting the node's reported row")
+        (issued,) = self.downlink.issue([new])
+        case.retarget(command.node_id, str(issued.command_id), local_text, ACTOR,
+                      "the node holds a row the decision weighed: sent again expecting it")
+        self._save(case, [])
+        log.info("conflict %s: decision sent to %s again, expecting its reported row",
+                 case.id, command.node_id)
+        return True
 
     def _capture_report(self, command: AckedCommand, record: RecordKey,
                         shore_image: Mapping[str, Value] | None,
-                        shore_revision: Revision | None, reason: str) -> None:
-        rule_id = rule_for_record(record)
+                        shore_revision: Revision | None, reason: str,
+                        rule: tuple[str, int | None] | None = None) -> None:
+        """Open or join the case of a ship's report; `rule`: the rule (id, version) of the
+        case the report answers, else the table's implicit rule."""
+        rule_id = rule_for_record(record, rule[0] if rule else None)
+        rule_version = rule[1] if rule else None
         ship_image = ({**dict(command.current_row or {}), **record.as_dict()}
                       if command.row_exists else None)
         evidence: dict[str, object] = {
@@ -345,18 +413,19 @@ class Arbiter:
             "operation": "REPORTED",
             "incoming_before": None,
             "incoming_after": image_evidence(ship_image),
+            "incoming_complete": True,  # a ship reports its whole row
             "incoming_base_revision": None,
             "incoming_result_revision": (
                 command.local_revision.text if command.local_revision else None),
             "current_row": image_evidence(shore_image),
             "current_revision": shore_revision.text if shore_revision else None,
-            "rule_version": None,
+            "rule_version": rule_version,
             "captured_at": None,
         }
         conflict_id, recorded = capture_conflict(
             self.conflicts, self.active, rule_id=rule_id,
             digest=key_digest(rule_id, record.canonical()), database=record.database,
-            table=record.table, rule_version=None,
+            table=record.table, rule_version=rule_version,
             current=shore_revision, incoming=command.local_revision, evidence=evidence,
             actor=f"node:{command.node_id}", reason=reason)
         if not recorded:

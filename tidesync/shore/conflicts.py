@@ -1,5 +1,5 @@
-"""Where a conflict decision reads the record's current revision: the record key (from the views,
-the inbox or the commands) and the shore target itself.
+"""Where a conflict decision reads the record's current row and revision: the record key (from
+the views, the inbox or the commands) and the shore target itself.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.apps.conflicts import RevisionUnavailable
 from tidesync.domain.change_event import RecordKey
-from tidesync.domain.conflict_case import ConflictCase, key_digest
+from tidesync.domain.conflict_case import ConflictCase, image_evidence, key_digest
 from tidesync.domain.evidence import EvidenceValueError, parse_record_key
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
@@ -74,7 +74,10 @@ class PostgresRecordKeys:
                                         batch_version=batch.protocol_version)
             except WireError:
                 continue
-            return [event.record]
+            # A rule may apply the ship's table to another shore table: the case names it.
+            shore = RecordKey(case.database, case.table, event.record.primary_key,
+                              event.record.schema)
+            return [event.record, shore]
         return []
 
 
@@ -108,17 +111,24 @@ class TargetRevisionReader:
         self._lock = threading.Lock()
 
     def current_revision(self, case: ConflictCase) -> str | None:
+        return self.current_row(case)[1]
+
+    def current_row(self, case: ConflictCase) -> tuple[list[list[object]] | None, str | None]:
+        """The shore's whole row of the case's record (type-tagged, key and sync columns
+        included; None: no row) and its revision."""
         key = self._keys.record_key(case)
         with self._lock:
             try:
                 if self._applier is None:
                     self._applier = self._open_applier()
-                _, revision = self._applier.current_row(key.database, key.table, key.as_dict())
+                row, revision = self._applier.current_row(key.database, key.table,
+                                                          key.as_dict())
             except Exception as error:  # any target failure means: cannot tell
-                log.warning("reading the current revision of conflict %s failed: %s", case.id,
+                log.warning("reading the current row of conflict %s failed: %s", case.id,
                             type(error).__name__)
                 raise RevisionUnavailable(getattr(error, "reason_code", "TARGET_ERROR")) from error
-        return None if revision is None else revision.text
+        image = None if row is None else image_evidence({**row, **key.as_dict()})
+        return image, None if revision is None else revision.text
 
     def close(self) -> None:
         with self._lock:

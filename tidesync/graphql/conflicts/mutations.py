@@ -1,6 +1,6 @@
 """Conflict commands (§11.5, §11.3): decide (shore, ship or a full replacement value, with
-reason; refused when the record changed since the evidence), cancel, and send a decision a
-ship rejected to it again."""
+reason; refused when the record changed since the evidence), refresh the evidence from the
+shore's row, cancel, and send a decision a ship rejected to it again."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from tidesync.graphql.conflicts.types import (
     ConflictDecided,
     ConflictError,
     ConflictErrorCode,
+    ConflictEvidenceRefreshed,
     ConflictRedispatched,
     DecideConflictResult,
     RedispatchConflictResult,
+    RefreshConflictEvidenceResult,
 )
 from tidesync.graphql.context import Info
 from tidesync.graphql.permissions import (
@@ -55,6 +57,13 @@ class DecideConflictInput:
     decision_key: str | None = strawberry.field(
         default=None, description="Idempotency key: a retry with the same key answers with "
                                   "the decision already recorded.")
+
+
+@strawberry.input
+class RefreshConflictEvidenceInput:
+    conflict_id: strawberry.ID
+    reason: str
+    expected_version: int | None = None
 
 
 @strawberry.input
@@ -107,6 +116,29 @@ class ConflictMutations:
             conflict_id=strawberry.ID(str(outcome.conflict_id)),
             decision_id=strawberry.ID(str(outcome.decision_id)), state=outcome.state,
             version=outcome.version, position=_position(outcome))
+
+    @mutation(extensions=allow(CanDecideConflicts),
+              description="Read the shore's row again and make it the conflict's newest "
+                          "evidence, so a decision refused as EVIDENCE_STALE can be made.")
+    async def refresh_conflict_evidence(self, info: Info, input: RefreshConflictEvidenceInput
+                                        ) -> RefreshConflictEvidenceResult:
+        context = info.context
+        conflict_id = parse_conflict_id(str(input.conflict_id))
+        if conflict_id is None:
+            return _error(input.conflict_id, ConflictErrorCode.NOT_FOUND, "no such conflict")
+
+        def run() -> ConflictOutcome:
+            return context.console.conflict_service().refresh(
+                conflict_id, context.actor, input.reason, input.expected_version,
+                context.trace_id)
+
+        try:
+            outcome = await blocking(run)
+        except (ConflictRefused, ConflictCommandError) as error:
+            return _refusal(input.conflict_id, error)
+        return ConflictEvidenceRefreshed(
+            conflict_id=strawberry.ID(str(outcome.conflict_id)), refreshed=outcome.recorded,
+            state=outcome.state, version=outcome.version, position=_position(outcome))
 
     @mutation(extensions=allow(CanCancelConflicts),
               description="Cancel a conflict that has had no business effect yet.")

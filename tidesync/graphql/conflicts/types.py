@@ -395,6 +395,10 @@ class ConflictErrorCode(enum.Enum):
     REPLACEMENT_TYPE = "REPLACEMENT_TYPE"
     INVALID_VALUE = "INVALID_VALUE"
     NOT_REDISPATCHABLE = "NOT_REDISPATCHABLE"
+    NOT_REFRESHABLE = "NOT_REFRESHABLE"
+    SHIP_ROW_INCOMPLETE = "SHIP_ROW_INCOMPLETE"
+    NOT_AUTO_DECIDABLE = "NOT_AUTO_DECIDABLE"
+    LEASE_HELD = "LEASE_HELD"
 
 
 @strawberry.type(description="A conflict command that was refused, and why.")
@@ -431,9 +435,21 @@ class ConflictRedispatched:
     position: WritePosition
 
 
+@strawberry.type(description="The shore's row as it is now is the conflict's newest evidence "
+                              "(`refreshed` false: the evidence already showed it).")
+class ConflictEvidenceRefreshed:
+    conflict_id: strawberry.ID
+    refreshed: bool
+    state: str
+    version: int
+    position: WritePosition
+
+
 DecideConflictResult = Annotated[ConflictDecided | ConflictError,
                                  strawberry.union("DecideConflictResult")]
 CancelConflictResult = Annotated[ConflictCancelled | ConflictError,
                                  strawberry.union("CancelConflictResult")]
 RedispatchConflictResult = Annotated[ConflictRedispatched | ConflictError,
                                      strawberry.union("RedispatchConflictResult")]
+RefreshConflictEvidenceResult = Annotated[ConflictEvidenceRefreshed | ConflictError,
+                                          strawberry.union("RefreshConflictEvidenceResult")]
