@@ -8,12 +8,15 @@ import json
 import sys
 from collections.abc import Sequence
 
+from tidesync.bootstrap.event_store import STORE_ERRORS, store_problem
 from tidesync.config import Config, ConfigError, load_config
 from tidesync.entrypoints import (
     conflicts_cli,
     console_cli,
     nodes_cli,
     projections_cli,
+    reconcile_cli,
+    rules_cli,
     ship_cli,
     shore_cli,
     target_cli,
@@ -21,9 +24,11 @@ from tidesync.entrypoints import (
 from tidesync.entrypoints.demo import main_entry
 from tidesync.entrypoints.inspect_cli import add_inspect_debezium_arguments
 
-COMMAND_MODULES = (shore_cli, conflicts_cli, nodes_cli, target_cli, ship_cli, projections_cli,
-                   console_cli)
+COMMAND_MODULES = (shore_cli, conflicts_cli, nodes_cli, rules_cli, target_cli, reconcile_cli,
+                   ship_cli, projections_cli, console_cli)
 """The modules that add subcommands, in the order `tidesync --help` lists them."""
+STORE_UNAVAILABLE = 75
+"""Exit status when the event store cannot take a connection now (EX_TEMPFAIL: try again)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +60,9 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                       help="stop after this many seconds (default: run until Ctrl-C)")
     demo.add_argument("--exit-when-synced", action="store_true",
                       help="stop once ship and shore agree and the two conflicts are shown")
+    demo.add_argument("--shore-url", default=None,
+                      help="where the demo's ship sends (e.g. a link simulator in front of the"
+                           " demo's shore; default: [ship] shore_url when set, else the shore)")
     demo.set_defaults(handler=_run_demo)
 
 
@@ -107,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"tidesync: {error}", file=sys.stderr)
         return 2
+    except STORE_ERRORS as error:
+        print(f"tidesync: the event store's PostgreSQL is unavailable ({store_problem(error)});"
+              " try again later", file=sys.stderr)
+        return STORE_UNAVAILABLE
     return result
 
 

@@ -16,8 +16,17 @@ from typing import Any
 
 from tidesync.bootstrap.ship import build_client
 from tidesync.config import Config, load_config
+from tidesync.ship.rules import rules_report
 from tidesync.ship.run_lock import StateInUse, exclusive
 from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState, StateReason, StateStoreError
+from tidesync.ship.state.reporting import ShoreVerdicts
+from tidesync.ship.state.rules import SQLiteRules
+from tidesync.ship.telemetry import HealthState
+
+SHORE_APPLY = "SHORE_APPLY"
+"""The health line `status` derives from the shore's verdicts (not a heartbeat subsystem)."""
+REJECTED_ON_SHORE = "REJECTED_ON_SHORE"
+_TOP_REASONS = 10
 
 
 def add_client_commands(
@@ -91,20 +100,55 @@ def status_report(state: SQLiteShipState, *, downlink: bool = False) -> dict[str
             "end_offset": end, "backlog": max(0, end - wm.commit_offset),
             "next_source_sequence": wm.next_source_sequence,
         })
+    verdicts = state.reports.shore_verdicts()
+    health = [{"subsystem": h.subsystem, "state": h.state, "reason": h.reason_code,
+               "detail": h.detail, "since": h.since.isoformat()} for h in state.health()]
+    health += _verdict_health(verdicts)
     return {
         "node_id": state.origin_node_id,
         "consumer_group": state.consumer_group,
-        "health": [{"subsystem": h.subsystem, "state": h.state, "reason": h.reason_code,
-                    "detail": h.detail, "since": h.since.isoformat()} for h in state.health()],
+        "overall": max((h["state"] for h in health), key=_severity, default="HEALTHY"),
+        "health": health,
         "partitions": partitions,
         "events_by_state": state.state_counts(),
+        "shore_verdicts": _verdicts_report(verdicts),
         "blocked_reasons": dict(state.blocked_reasons()),
         "blocked": [{"topic": r.topic, "partition": r.partition, "offset": r.offset,
                      "reason": r.reason, "detail": r.detail}
                     for r in state.blocked_records(limit=20)],
         "receipts_cursor": state.cursor(),
         "downlink": _downlink_report(state, downlink),
+        "rules": _rules_report(state),
     }
+
+
+def _verdicts_report(verdicts: ShoreVerdicts) -> dict[str, Any]:
+    """Terminal events by result, and how many the shore rejected, by reason (top first)."""
+    return {"by_result": verdicts.by_result, "rejected": verdicts.rejected,
+            "rejected_by_reason": dict(verdicts.rejected_by_reason[:_TOP_REASONS]),
+            "other_rejection_reasons": max(0, len(verdicts.rejected_by_reason) - _TOP_REASONS)}
+
+
+def _verdict_health(verdicts: ShoreVerdicts) -> list[dict[str, Any]]:
+    """While the shore holds events rejected, the ship is not healthy: its data is not all
+    on the shore (an operator there fixes the cause and replays them, or skips them)."""
+    if not verdicts.rejected:
+        return []
+    since = verdicts.rejected_since.isoformat() if verdicts.rejected_since else None
+    return [{"subsystem": SHORE_APPLY, "state": HealthState.DEGRADED.value,
+             "reason": REJECTED_ON_SHORE, "detail": verdicts.summary(), "since": since}]
+
+
+def _severity(state: str) -> int:
+    order = (HealthState.HEALTHY, HealthState.DEGRADED, HealthState.OFFLINE, HealthState.BLOCKED)
+    return next((rank for rank, known in enumerate(order) if known == state), len(order))
+
+
+def _rules_report(state: SQLiteShipState) -> dict[str, Any]:
+    try:
+        return rules_report(SQLiteRules(state.database))
+    except sqlite3.OperationalError:
+        return {"note": "state file predates sync rules (run `ship run` once)"}
 
 
 def _downlink_report(state: SQLiteShipState, enabled: bool) -> dict[str, Any]:

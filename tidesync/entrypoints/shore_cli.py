@@ -7,14 +7,28 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
+import signal
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, TypeVar
 
 from tidesync.apps.jobs import ReplayRefused, replay, replay_event, skip_event, summarize
-from tidesync.bootstrap.event_store import event_store_env
+from tidesync.bootstrap.event_store import (
+    STORE_ERRORS,
+    command_budget,
+    event_store_env,
+    name_process,
+    probe_store,
+    serve_budget,
+    store_problem,
+    work_budget,
+)
 from tidesync.bootstrap.shore import build_worker, open_work_queue
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
@@ -23,10 +37,16 @@ from tidesync.entrypoints.http import serve_and_report
 from tidesync.entrypoints.operator import actor_of
 from tidesync.entrypoints.shore_cdc_cli import add_cdc_commands
 from tidesync.shore.processor import ProcessorSettings
-from tidesync.shore.worker import ShoreApps, settle_startup_heap
+from tidesync.shore.worker import ShoreApps, ShoreWorker, settle_startup_heap
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_START_RETRY_MAX_SECONDS = 30.0
+COMMAND_ATTEMPTS = 3
+"""How often a one-shot command tries to reach the event store (pauses of 1 s, 2 s)."""
 
 
 def register_commands(commands: Commands) -> None:
@@ -78,13 +98,49 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(args.config)
 
 
+def _command_config(args: argparse.Namespace, command: str) -> Config:
+    """The configuration of a one-shot command, its connections named and counted."""
+    config = _config(args)
+    name_process(command.replace(" ", "-"))
+    log.debug("%s", command_budget(config, command).describe())
+    until_connected(lambda: probe_store(config), command, attempts=COMMAND_ATTEMPTS)
+    return config
+
+
 def _run_serve(args: argparse.Namespace) -> int:
-    return serve_and_report(_config(args), args.duration)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = _config(args)
+    name_process("shore-serve")
+    log.info("%s", serve_budget(config).describe())
+    return serve_and_report(config, args.duration)
+
+
+def until_connected(open_store: Callable[[], T], what: str, attempts: int | None = None,
+                    sleep: Callable[[float], None] = time.sleep) -> T:
+    """`open_store()`, tried again with a growing pause while PostgreSQL cannot take the
+    connection (down, or "too many clients"): a service waits for its store, it does not die;
+    a command gives up after `attempts` (the last error goes to its caller)."""
+    delay = 1.0
+    for attempt in itertools.count(1):
+        try:
+            return open_store()
+        except STORE_ERRORS as error:
+            if attempts is not None and attempt >= attempts:
+                raise
+            # A service says so each time; a command's one line comes if it gives up.
+            log.log(logging.WARNING if attempts is None else logging.INFO,
+                    "%s: the event store is unavailable (%s); trying again in %.0f s",
+                    what, store_problem(error), delay)
+        sleep(delay)
+        delay = min(delay * 2, _START_RETRY_MAX_SECONDS)
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _run_work(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config = _config(args)
+    name_process("shore-work")
+    log.info("%s", work_budget(config).describe())
     applier = build_target_applier(config.target)
     settings = ProcessorSettings(max_events_per_job=config.shore.apply_max_events_per_job,
                                  chunk_size=config.shore.apply_chunk_size,
@@ -95,6 +151,7 @@ def _run_work(args: argparse.Namespace) -> int:
             "apply.node_tables is not set: every node may write every enabled table")
     if args.worker_id:
         settings.worker_id = args.worker_id
+    until_connected(lambda: probe_store(config), "shore work")
     worker, close = build_worker(config, applier, settings=settings)
     settle_startup_heap()
     try:
@@ -102,17 +159,43 @@ def _run_work(args: argparse.Namespace) -> int:
             while worker.run_once() > 0:
                 pass
         else:
-            worker.stop_on_signals()
             print(f"tidesync shore worker {worker.processor.settings.worker_id} running",
                   flush=True)
-            worker.run()
+            keep_working(worker)
     finally:
         close()
     return 0
 
 
+def keep_working(worker: ShoreWorker) -> None:
+    """Run the worker until a signal stops it; while the event store cannot take a
+    connection or a statement, log one line and carry on after a growing pause (its pools
+    reconnect by themselves, an unfinished job's lease expires and is taken over)."""
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping after the current job (signal %d)", signum)
+        stopping.set()
+        worker.stop_event.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    delay = 1.0
+    while not stopping.is_set():
+        worker.stop_event.clear()
+        try:
+            worker.run()
+        except STORE_ERRORS as error:
+            log.warning("the event store is unavailable (%s); working again in %.0f s",
+                        store_problem(error), delay)
+            stopping.wait(delay)
+            delay = min(delay * 2, _START_RETRY_MAX_SECONDS)
+        else:
+            return
+
+
 def _run_jobs_list(args: argparse.Namespace) -> int:
-    queue = open_work_queue(_config(args))
+    queue = open_work_queue(_command_config(args, "jobs list"))
     try:
         rows = summarize(queue, args.node)
     finally:
@@ -138,7 +221,7 @@ def _run_jobs_replay(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"tidesync: unknown class {args.error_class!r}", file=sys.stderr)
         return 2
-    config = _config(args)
+    config = _command_config(args, "jobs replay")
     queue = open_work_queue(config)
     apps = ShoreApps.open(event_store_env(config.event_store))
     try:
@@ -160,7 +243,7 @@ def _run_jobs_skip(args: argparse.Namespace) -> int:
 
 def _one_event(args: argparse.Namespace, command: Callable[..., None], done: str) -> int:
     """Replay or skip one event, recorded on its job stream with actor and reason."""
-    config = _config(args)
+    config = _command_config(args, f"jobs {args.jobs_command}")
     queue = open_work_queue(config)
     apps = ShoreApps.open(event_store_env(config.event_store))
     try:

@@ -19,7 +19,8 @@ from tidesync.migrations import MigrationError, migrate_postgres
 log = logging.getLogger(__name__)
 
 Connection = psycopg.Connection[TupleRow]
-
+POOL_MAX_IDLE = 60.0
+"""Seconds a connection beyond the pool's one may stay unused before the pool closes it."""
 
 
 class StoreUnavailable(Unavailable):
@@ -38,7 +39,7 @@ def open_pool(conninfo: str, size: int, timeout: float, name: str = "tidesync-in
     starts while PostgreSQL is down (its requests then answer 503)."""
     return ConnectionPool(
         conninfo, min_size=1, max_size=size, timeout=timeout, open=False, name=name,
-        kwargs={"autocommit": False}, reconnect_timeout=24 * 3600,
+        kwargs={"autocommit": False}, reconnect_timeout=24 * 3600, max_idle=POOL_MAX_IDLE,
     )
 
 

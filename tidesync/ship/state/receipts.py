@@ -2,10 +2,13 @@
 
 Each answer moves an event's state, never out of a final one; the partitions' watermarks are
 recomputed in the same transaction, and a receipts page's cursor is stored with its results.
+A later receipt of a terminal event is the shore's new verdict (an operator replayed or skipped
+it there): it replaces the result and reason, and the event stays terminal.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import sqlite3
 import uuid
@@ -18,6 +21,9 @@ from tidesync.ship.state.database import ShipStateDatabase
 from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
 
 RECEIPTS_CURSOR = "receipts"
+SHORE_RESULTS = frozenset({"APPLIED", "CONFLICT_RECORDED", "REJECTED", "EXPIRED_APPROVED"})
+"""The results only the shore gives; a later receipt may replace one (never a ship's own)."""
+REJECTED = "REJECTED"
 
 
 class ReceiveOutcome(enum.StrEnum):
@@ -56,6 +62,7 @@ class Progress:
     blocked: set[uuid.UUID] = field(default_factory=set)
     terminal_bytes: int = 0
     unknown: int = 0
+    reverdicted: set[uuid.UUID] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,8 @@ class _EventRow:
     state: str
     size: int
     key_digest: bytes | None
+    result: str | None = None
+    reason: str | None = None
 
 
 class SQLiteReceipts:
@@ -76,6 +85,20 @@ class SQLiteReceipts:
         self.database = database
         self.watermarks = watermarks
         self.blocked_keys = blocked_keys
+        self._rejected: int | None = None  # events the shore holds REJECTED, counted once
+
+    def shore_rejections(self) -> int:
+        """How many events the shore's latest verdict holds REJECTED (counted from the file
+        once, then kept by the answers and receipts this store records)."""
+        if self._rejected is None:
+            self._rejected = int(self.database.conn.execute(
+                "SELECT count(*) FROM event_state WHERE direction = ? AND state = 'TERMINAL'"
+                " AND result = ?", (self.database.direction.value, REJECTED)).fetchone()[0])
+        return self._rejected
+
+    def _count_verdict(self, before: str | None, after: str) -> None:
+        if self._rejected is not None:
+            self._rejected += (after == REJECTED) - (before == REJECTED)
 
     def mark(self, event_ids: Iterable[uuid.UUID], state: EventState) -> None:
         """Move sendable events to IN_FLIGHT, READY or RETRY_WAIT (never out of a final one)."""
@@ -110,6 +133,7 @@ class SQLiteReceipts:
                          (answer.result, answer.reason or None, now, event_id.bytes))
             progress.terminal.add(event_id)
             progress.terminal_bytes += row.size
+            self._count_verdict(None, answer.result)
         elif answer.outcome is ReceiveOutcome.RECEIVED:
             conn.execute("UPDATE event_state SET state = 'RECEIVED', updated_at = ?"
                          " WHERE event_id = ? AND state != 'RECEIVED'", (now, event_id.bytes))
@@ -129,34 +153,63 @@ class SQLiteReceipts:
             progress.blocked.add(event_id)
 
     def apply_receipts(self, results: Sequence[TerminalResult], cursor: str) -> Progress:
-        """Record terminal results from a receipts page and its cursor in one transaction."""
+        """Record terminal results from a receipts page and its cursor in one transaction.
+
+        Pages come in the shore's order, so of two receipts of one event the later one is its
+        current verdict: a terminal event takes its result and reason and stays terminal."""
         progress = Progress()
         now = self.database.now_text()
         with self.database.transaction() as conn:
             rows = self._rows_by_id(conn, [r.event_id for r in results])
             for result in results:
                 row = rows.get(result.event_id.bytes)
-                if row is None or row.state in DONE:
-                    progress.unknown += row is None
-                    continue
-                conn.execute("UPDATE event_state SET state = 'TERMINAL', result = ?,"
-                             " reason = ?, updated_at = ? WHERE event_id = ?",
-                             (result.result, result.reason or None, now, result.event_id.bytes))
-                progress.terminal.add(result.event_id)
-                progress.terminal_bytes += row.size
+                if row is None:
+                    progress.unknown += 1
+                elif row.state == EventState.TERMINAL:
+                    rows[result.event_id.bytes] = self._reverdict(conn, result, row, progress,
+                                                                  now)
+                elif row.state not in DONE:
+                    rows[result.event_id.bytes] = self._terminal(conn, result, row, progress,
+                                                                 now)
             self.watermarks.recompute_all(conn, (row.key for row in rows.values()))
             self.database.set_cursor(conn, RECEIPTS_CURSOR, cursor)
         return progress
+
+    def _terminal(self, conn: sqlite3.Connection, result: TerminalResult, row: _EventRow,
+                  progress: Progress, now: str) -> _EventRow:
+        conn.execute("UPDATE event_state SET state = 'TERMINAL', result = ?, reason = ?,"
+                     " updated_at = ? WHERE event_id = ?",
+                     (result.result, result.reason or None, now, result.event_id.bytes))
+        progress.terminal.add(result.event_id)
+        progress.terminal_bytes += row.size
+        self._count_verdict(None, result.result)
+        return dataclasses.replace(row, state=EventState.TERMINAL.value, result=result.result,
+                                   reason=result.reason or None)
+
+    def _reverdict(self, conn: sqlite3.Connection, result: TerminalResult, row: _EventRow,
+                   progress: Progress, now: str) -> _EventRow:
+        """The shore's newer verdict of an event already terminal here (replayed, skipped)."""
+        reason = result.reason or None
+        if (row.result not in SHORE_RESULTS or result.result not in SHORE_RESULTS
+                or (row.result, row.reason) == (result.result, reason)):
+            return row
+        conn.execute("UPDATE event_state SET result = ?, reason = ?, detail = NULL,"
+                     " updated_at = ? WHERE event_id = ?",
+                     (result.result, reason, now, result.event_id.bytes))
+        progress.reverdicted.add(result.event_id)
+        self._count_verdict(row.result, result.result)
+        return dataclasses.replace(row, result=result.result, reason=reason)
 
     def _rows_by_id(self, conn: sqlite3.Connection,
                     event_ids: Sequence[uuid.UUID]) -> dict[bytes, _EventRow]:
         found: dict[bytes, _EventRow] = {}
         for event_id in event_ids:
             row = conn.execute(
-                "SELECT topic, kafka_partition, state, bytes, key_digest FROM event_state"
+                "SELECT topic, kafka_partition, state, bytes, key_digest, result, reason"
+                " FROM event_state"
                 " WHERE event_id = ? AND direction = ?",
                 (event_id.bytes, self.database.direction.value)).fetchone()
             if row is not None:
                 found[event_id.bytes] = _EventRow(PartitionKey(row[0], row[1]), row[2],
-                                                  row[3], row[4])
+                                                  row[3], row[4], row[5], row[6])
         return found

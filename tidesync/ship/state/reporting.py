@@ -35,6 +35,26 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class ShoreVerdicts:
+    """The shore's latest verdicts of this ship's terminal events: how many of each result,
+    and the rejected ones by reason code (most frequent first)."""
+
+    by_result: dict[str, int]
+    rejected_by_reason: list[tuple[str, int]]
+    rejected_since: dt.datetime | None = None  # the oldest standing rejection's arrival
+
+    @property
+    def rejected(self) -> int:
+        return self.by_result.get("REJECTED", 0)
+
+    def summary(self, top: int = 3) -> str:
+        """"N events rejected on the shore: top reasons A (n), B (m)" (no business values)."""
+        reasons = ", ".join(f"{reason} ({count})"
+                            for reason, count in self.rejected_by_reason[:top])
+        return f"{self.rejected} events rejected on the shore: top reasons {reasons}"
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionBacklog:
     """Open (not terminal) events of a partition: count, bytes, oldest capture time (µs)."""
 
@@ -72,6 +92,23 @@ class SQLiteStateReports:
             "SELECT state, count(*) FROM event_state WHERE direction = ?"
             " GROUP BY state", (self.database.direction.value,)).fetchall()
         return {row[0]: row[1] for row in rows}
+
+    def shore_verdicts(self) -> ShoreVerdicts:
+        """Terminal events by the shore's result, and the rejected ones by reason."""
+        direction = self.database.direction.value
+        results = self.database.conn.execute(
+            "SELECT result, count(*) FROM event_state WHERE direction = ? AND state = 'TERMINAL'"
+            " AND result IS NOT NULL GROUP BY result ORDER BY result", (direction,)).fetchall()
+        reasons = self.database.conn.execute(
+            "SELECT coalesce(reason, ''), count(*) AS events FROM event_state"
+            " WHERE direction = ? AND state = 'TERMINAL' AND result = 'REJECTED'"
+            " GROUP BY 1 ORDER BY events DESC, 1", (direction,)).fetchall()
+        since = self.database.conn.execute(
+            "SELECT min(updated_at) FROM event_state WHERE direction = ? AND state = 'TERMINAL'"
+            " AND result = 'REJECTED'", (direction,)).fetchone()[0]
+        return ShoreVerdicts({str(r[0]): int(r[1]) for r in results},
+                             [(str(r[0]) or "UNSPECIFIED", int(r[1])) for r in reasons],
+                             dt.datetime.fromisoformat(since) if since else None)
 
     def awaiting_receipts(self) -> int:
         row = self.database.conn.execute(
