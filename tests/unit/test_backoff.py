@@ -30,3 +30,11 @@ def test_retry_after_is_a_floor_but_never_past_the_cap(attempt, draw, retry_afte
 def test_exhaustion_after_max_attempts():
     assert not Backoff(max_attempts=3).exhausted(2)
     assert Backoff(max_attempts=3).exhausted(3)
+
+
+@given(st.integers(min_value=1, max_value=10_000), draws)
+def test_probe_delays_stay_between_half_the_ceiling_and_the_cap(attempt, draw):
+    probing = Backoff(initial_seconds=1.0, cap_seconds=30.0)
+    delay = probing.probe_delay(attempt, draw)
+    assert probing.ceiling(attempt) / 2 <= delay <= 30.0
+    assert delay >= 0.5

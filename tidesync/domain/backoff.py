@@ -31,5 +31,13 @@ class Backoff:
             return min(retry_after, self.cap_seconds)
         return jittered
 
+    def probe_delay(self, attempt: int, draw: float) -> float:
+        """Equal jitter: uniform in [ceiling / 2, ceiling) — for probing a link believed down,
+        where probes must stay spread out (never back to back) and never wait past the cap."""
+        if not 0.0 <= draw < 1.0:
+            raise ValueError("draw must be in [0, 1)")
+        ceiling = self.ceiling(attempt)
+        return ceiling / 2 + draw * ceiling / 2
+
     def exhausted(self, attempt: int) -> bool:
         return attempt >= self.max_attempts

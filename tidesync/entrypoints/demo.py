@@ -158,9 +158,8 @@ def demo_config(base: Config, paths: DemoPaths, port: int) -> Config:
                         topic_pattern=rf"^sync[.]cdc[.]{SHIP_NODE_ID}[.]",
                         commands_interval_seconds=1,
                         bidirectional_tables=tables, receipts_interval_seconds=1,
-                        # More often than the server drops an idle keep-alive connection (5 s),
-                        # so an idle link never starts a request on a closed connection.
-                        heartbeat_interval_seconds=3),
+                        # Frequent heartbeats keep the console's view of the ship current.
+                        heartbeat_interval_seconds=3, shore_url=base.ship.shore_url),
         capture=CaptureConfig(source=CaptureSource.SQLITE, sqlite_path=str(paths.ship_business),
                               position_path=str(paths.capture_position),
                               flush_interval_ms=200, sqlite_poll_interval_ms=100),
@@ -384,10 +383,14 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
                                      kafka_bootstrap_servers=broker.bootstrap_servers))
 
     server = stack.enter_context(BackgroundServer(
-        create_app(config), config.shore.listen_host, config.shore.listen_port))
+        create_app(config), config.shore.listen_host, config.shore.listen_port,
+        keep_alive_seconds=config.shore.keep_alive_seconds))
+    ship_url = ship_shore_url(args, config.ship, server.url)
     config = dataclasses.replace(
-        config, ship=dataclasses.replace(config.ship, shore_url=server.url))
+        config, ship=dataclasses.replace(config.ship, shore_url=ship_url))
     out(f"tidesync shore listening on {server.url} (health: {server.url}/healthz)")
+    if ship_url != server.url:
+        out(f"the ship sends to {ship_url} (it must relay to {server.url})")
 
     parts: list[Part] = []
 
@@ -536,6 +539,15 @@ def _run(args: argparse.Namespace, config: Config, paths: DemoPaths, secret: str
     if remaining > 0:
         time.sleep(remaining)
     return 0
+
+
+def ship_shore_url(args: argparse.Namespace, ship: ShipConfig, server_url: str) -> str:
+    """Where the demo's ship sends: `--shore-url`, else a `[ship] shore_url` the configuration
+    sets (for example a link simulator in front of the demo's shore), else the shore itself."""
+    chosen = getattr(args, "shore_url", None)
+    if not chosen and ship.shore_url != ShipConfig.shore_url:
+        chosen = ship.shore_url
+    return chosen or server_url
 
 
 def ship_counts(paths: DemoPaths, group_id: str) -> dict[str, int]:

@@ -35,6 +35,7 @@ from tidesync.entrypoints.health import EventStoreCheck, HealthProbe
 from tidesync.graphql.console import Console
 from tidesync.graphql.http import ConsoleEndpoint
 from tidesync.ingress.routes import Ingress
+from tidesync.ingress.settings import ShoreHttpSettings
 
 log = logging.getLogger(__name__)
 
@@ -165,16 +166,20 @@ def certificate_name(ssl_object: ssl.SSLObject | None) -> str | None:
 def build_server(config: Config) -> uvicorn.Server:
     """A uvicorn server for the app; `server.servers[0].sockets` tell the bound port once up."""
     return build_server_for(create_app(config), config.shore.listen_host,
-                            config.shore.listen_port, ServerTls.of(config.shore))
+                            config.shore.listen_port, ServerTls.of(config.shore),
+                            keep_alive_seconds=config.shore.keep_alive_seconds)
 
 
-def build_server_for(app: Starlette, host: str, port: int,
-                     tls: ServerTls | None = None) -> uvicorn.Server:
+def build_server_for(app: Starlette, host: str, port: int, tls: ServerTls | None = None, *,
+                     keep_alive_seconds: int = ShoreHttpSettings.keep_alive_seconds
+                     ) -> uvicorn.Server:
     # proxy_headers off: scope["client"] must stay the peer address, which is what the
-    # trusted-proxy check of client identities relies on.
+    # trusted-proxy check of client identities relies on. The keep-alive timeout outlasts the
+    # ship's own idle limit, so an idle ship never sends on a connection being closed.
     uv_config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, lifespan="on",
         proxy_headers=False, http=CertificateIdentityProtocol,
+        timeout_keep_alive=keep_alive_seconds,
         **(tls.uvicorn_options() if tls is not None else {}),
     )
     return uvicorn.Server(uv_config)
@@ -218,8 +223,10 @@ class BackgroundServer:
     as server:` waits until it listens; `server.url` is its address; leaving stops it."""
 
     def __init__(self, app: Starlette, host: str = "127.0.0.1", port: int = 0,
-                 startup_timeout: float = 30.0, tls: ServerTls | None = None) -> None:
-        self.server = build_server_for(app, host, port, tls)
+                 startup_timeout: float = 30.0, tls: ServerTls | None = None, *,
+                 keep_alive_seconds: int = ShoreHttpSettings.keep_alive_seconds) -> None:
+        self.server = build_server_for(app, host, port, tls,
+                                       keep_alive_seconds=keep_alive_seconds)
         self.startup_timeout = startup_timeout
         self._thread = threading.Thread(target=self.server.run, name="shore-server", daemon=True)
         self.url = ""

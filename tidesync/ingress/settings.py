@@ -1,4 +1,5 @@
-"""The `[shore]` settings of the TLS `tidesync shore serve` serves itself (uvicorn's ssl options).
+"""The `[shore]` settings of the TLS `tidesync shore serve` serves itself (uvicorn's ssl options)
+and of how long it keeps an idle connection.
 
 `tidesync.config.ShoreConfig` is made of these and the server's other settings.
 """
@@ -21,4 +22,19 @@ class ShoreTlsSettings:
     def tls_problems(self) -> list[str]:
         if (self.tls_key_file or self.tls_client_ca_file) and not self.tls_cert_file:
             return ["shore.tls_cert_file: needed by tls_key_file and tls_client_ca_file"]
+        return []
+
+
+@dataclass(frozen=True)
+class ShoreHttpSettings:
+    """The HTTP server's connections."""
+
+    # An idle kept-alive connection is closed after this many seconds. Longer than a ship's
+    # `[ship] keep_alive_seconds` (60 s by default) plus a round trip, so a ship's request never
+    # meets a connection the shore is closing (uvicorn's own default is 5 s).
+    keep_alive_seconds: int = 75
+
+    def http_problems(self) -> list[str]:
+        if self.keep_alive_seconds < 1:
+            return ["shore.keep_alive_seconds: must be >= 1"]
         return []

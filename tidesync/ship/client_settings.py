@@ -26,6 +26,9 @@ class ClientSettings:
     idle_poll_seconds: float = 0.2
     uplink_rate: float = 0.0
     uplink_burst: float = 1024 * 1024
+    # While requests get no answer, the link is probed this often, doubling up to the max.
+    probe_initial_seconds: float = 1.0
+    probe_max_seconds: float = 30.0
 
 
 @dataclass

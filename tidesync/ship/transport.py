@@ -4,7 +4,8 @@ when the shore signed them for that request, and how failures retry.
 408, 429, 5xx and network errors retry with full jitter (1 s … 5 min, Retry-After as a floor);
 401/403 (identity) and 426 (protocol) block the node with the shore's reason instead, except a
 timestamp outside the shore's window: the link then signs in the shore's time (the refusal
-tells it) and sends again.
+tells it) and sends again. While requests get no answer at all, a cheap probe (GET /livez)
+watches for the link's return, and the first answer resets every request's backoff.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ RECEIPTS_PATH = "/sync/v1/receipts"
 HEARTBEAT_PATH = "/sync/v1/heartbeat"
 COMMANDS_PATH = "/sync/v1/commands"
 COMMAND_ACKS_PATH = "/sync/v1/command-acks"
+CONFIG_PATH = "/sync/v1/config"
+LIVEZ_PATH = "/livez"
 PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
@@ -50,6 +53,7 @@ CLOCK_SKEW_REASON = "AUTH_EXPIRED_TIMESTAMP"
 _RETRYABLE_REASONS = frozenset({CLOCK_SKEW_REASON, "AUTH_REPLAYED"})
 """401s that a new request fixes (a corrected clock, a fresh request id): never a block."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_PROBE_ANSWER_BYTES = 64 * 1024
 
 
 
@@ -85,6 +89,12 @@ class LinkError(TidesyncError):
 
 class LinkDown(LinkError):
     """No answer: connection refused or reset, DNS, TLS or a timeout. Always retried."""
+
+
+def link_is_down(error: LinkError) -> bool:
+    """Whether the request got no answer at all (the network, not the shore, failed)."""
+    return isinstance(error, LinkDown) and error.reason in (LinkReason.NETWORK_ERROR,
+                                                            LinkReason.TIMEOUT)
 
 
 class _ConnectionClosed(LinkDown):
@@ -127,24 +137,32 @@ class ShoreLink(Protocol):
 
     def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse: ...
 
+    def config(self) -> pb.ConfigResponse: ...
+
 
 @dataclass
 class LinkCounters:
-    """Physical bytes sent (retries included) and seconds spent in successful transfers."""
+    """Physical bytes sent (retries included) and seconds spent in successful transfers;
+    connections opened, and requests that met a connection the shore had closed."""
 
     physical_bytes: int = 0
     active_seconds: float = 0.0
+    connections_opened: int = 0
+    closed_by_peer: int = 0
 
 
 class HttpShoreLink:
-    """/sync/v1 over one kept-alive http.client connection (re-opened after any failure).
+    """/sync/v1 over one kept-alive http.client connection (re-opened after any failure, and
+    before a request once it has been idle `keep_alive` seconds: the shore drops idle
+    connections after its own, longer, keep-alive timeout).
 
     Every request is signed with a fresh request id; every socket operation has a timeout.
     """
 
     def __init__(self, url: str, node_id: str, secret: bytes, *, clock: Clock,
                  timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 keep_alive: float = 60.0, probe_timeout: float = 10.0) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError("the shore URL must be http(s)://host[:port]")
@@ -152,6 +170,8 @@ class HttpShoreLink:
         self.prefix = parsed.path.rstrip("/")
         self.node_id, self.secret, self.clock = node_id, secret, clock
         self.timeout, self.ssl_context, self.monotonic = timeout, ssl_context, monotonic
+        self.keep_alive, self.probe_timeout = keep_alive, min(probe_timeout, timeout)
+        self._used_at = 0.0
         self.counters = LinkCounters()
         self.clock_offset = dt.timedelta(0)
         """Added to the local clock when signing: the shore's time minus ours, learnt from a
@@ -183,6 +203,29 @@ class HttpShoreLink:
         raw = self._request("POST", COMMAND_ACKS_PATH, codec.compress(message))
         return _parse(raw, pb.CommandAcksResponse)
 
+    def config(self) -> pb.ConfigResponse:
+        """The sync rules the shore offers this node, with its config version."""
+        raw = self._request("GET", CONFIG_PATH, b"")
+        return _parse(raw, pb.ConfigResponse)
+
+    def probe(self) -> bool:
+        """Whether the shore's server answers at all: GET /livez, unsigned and with a short
+        timeout, so probing a link that is down stays cheap. An answer below 500 counts (it
+        only tells the client to try its real requests now; nothing in it is acted on)."""
+        try:
+            connection = self._open(self.probe_timeout)
+            connection.request("GET", self.prefix + LIVEZ_PATH,
+                               headers={"Accept": "application/json"})
+            response = connection.getresponse()
+            response.read(_PROBE_ANSWER_BYTES)
+        except (OSError, http.client.HTTPException):
+            self.close()
+            return False
+        self._used_at = self.monotonic()
+        if response.will_close:
+            self.close()
+        return response.status < 500
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -206,12 +249,16 @@ class HttpShoreLink:
         return self._send_reopening(method, target, body)
 
     def _send_reopening(self, method: str, target: str, body: bytes) -> bytes:
+        if (self._connection is not None
+                and self.monotonic() - self._used_at > self.keep_alive):
+            self.close()  # idle too long: the shore may be closing it right now
         reused = self._connection is not None
         try:
             return self._send(method, target, body)
         except _ConnectionClosed:
             if not reused:
                 raise
+            self.counters.closed_by_peer += 1
         return self._send(method, target, body)
 
     def _learn_offset(self, server_time: dt.datetime) -> None:
@@ -252,6 +299,7 @@ class HttpShoreLink:
             self.close()
             raise LinkDown(LinkReason.NETWORK_ERROR,
                            f"{method} failed: {type(error).__name__}") from error
+        self._used_at = self.monotonic()
         if response.will_close:
             self.close()
         if len(answer) > MAX_RESPONSE_BYTES:
@@ -283,18 +331,25 @@ class HttpShoreLink:
             raise LinkDown(LinkReason.RESPONSE_FORGED,
                            f"{method} answer {status} is not signed by the shore")
 
-    def _open(self) -> http.client.HTTPConnection:
+    def _open(self, timeout: float | None = None) -> http.client.HTTPConnection:
+        """The kept-alive connection (opened if needed), its socket timeout set to `timeout`
+        (default: the request timeout)."""
+        timeout = self.timeout if timeout is None else timeout
         if self._connection is None:
             if self.scheme == "https":
                 self._connection = http.client.HTTPSConnection(
-                    self.host, self.port, timeout=self.timeout,
+                    self.host, self.port, timeout=timeout,
                     context=self.ssl_context or ssl.create_default_context())
             else:
                 self._connection = http.client.HTTPConnection(self.host, self.port,
-                                                              timeout=self.timeout)
+                                                              timeout=timeout)
             self._connection.connect()
+            self.counters.connections_opened += 1
             if self._connection.sock is not None:
                 self._connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._connection.timeout = timeout
+        if self._connection.sock is not None:
+            self._connection.sock.settimeout(timeout)
         return self._connection
 
 
@@ -372,25 +427,104 @@ class RetrySchedule:
 
     The client loop never sleeps inside a request: it asks `due(now)` each turn, so reading
     the queue goes on while the link waits. Network failures retry for ever (a ship can be
-    offline for months) with the delay capped at 5 minutes."""
+    offline for months) with the delay capped at 5 minutes; a schedule that belongs to a
+    `LinkRecovery` is cut short as soon as any request or probe gets through again."""
 
     backoff: Backoff = field(default_factory=Backoff)
     rng: random.Random = field(default_factory=random.SystemRandom)
     attempt: int = 0
     not_before: float = 0.0
+    recovery: LinkRecovery | None = None
+    waits_for_link: bool = False
+    """The last failure was the network's (no answer, no Retry-After): a working link ends
+    the wait. Waits the shore asked for, or for other causes, are kept."""
 
     def due(self, now: float) -> bool:
         return now >= self.not_before
 
-    def failed(self, now: float, retry_after: float | None = None) -> float:
-        """Record a failure; returns the delay before the next try."""
+    def failed(self, now: float, retry_after: float | None = None, *,
+               link_down: bool = False) -> float:
+        """Record a failure; returns the delay before the next try. `link_down`: the request
+        got no answer, so the link's recovery starts probing."""
         self.attempt += 1
         delay = self.backoff.delay(self.attempt, self.rng.random(), retry_after)
         self.not_before = now + delay
+        self.waits_for_link = link_down and retry_after is None
+        if link_down and self.recovery is not None:
+            self.recovery.lost(now)
         return delay
 
     def succeeded(self) -> None:
-        self.attempt, self.not_before = 0, 0.0
+        """The request got through: this schedule restarts, and so does every schedule of the
+        same link that waited only for the link to come back."""
+        self.reset()
+        if self.recovery is not None:
+            self.recovery.works()
+
+    def reset(self) -> None:
+        self.attempt, self.not_before, self.waits_for_link = 0, 0.0, False
+
+
+@dataclass
+class LinkRecovery:
+    """The retry schedules of one link, and the probe that watches it while it is down.
+
+    A request without an answer marks the link down; from then on a cheap probe is due after
+    `probe_backoff.probe_delay` (1 s, doubling to the cap, default 30 s), however long each
+    request's own backoff has grown. The first success — a probe's or any request's — resets
+    every schedule that waited for the link, so uploads resume at once instead of minutes
+    after the link came back."""
+
+    probe_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    schedules: list[RetrySchedule] = field(default_factory=list)
+    down_since: float | None = None
+    probes: int = 0
+    next_probe: float = 0.0
+
+    def schedule(self, backoff: Backoff) -> RetrySchedule:
+        """A new retry schedule that this recovery resets."""
+        schedule = RetrySchedule(backoff, self.rng, recovery=self)
+        self.schedules.append(schedule)
+        return schedule
+
+    def lost(self, now: float) -> None:
+        if self.down_since is None:
+            self.down_since, self.probes = now, 0
+            self.next_probe = now + self.probe_backoff.probe_delay(1, self.rng.random())
+
+    def probe_due(self, now: float) -> bool:
+        return self.down_since is not None and now >= self.next_probe
+
+    def probe(self, link: object, now: float) -> bool:
+        """Probe `link` if the link is down and a probe is due; True when it answered (every
+        schedule that waited for it is then due at once). Links without a probe (fakes,
+        benchmarks) are left to their requests' own schedules."""
+        probe = getattr(link, "probe", None)
+        if probe is None or not self.probe_due(now):
+            return False
+        down_since = self.down_since or now
+        if not probe():
+            delay = self.probe_failed(now)
+            log.info("the shore is still unreachable; probing again in %.1f s", delay)
+            return False
+        self.works()
+        log.warning("the shore answers again after %.0f s without a link: requests resume",
+                    now - down_since)
+        return True
+
+    def probe_failed(self, now: float) -> float:
+        """Record a failed probe; returns the delay before the next one."""
+        self.probes += 1
+        delay = self.probe_backoff.probe_delay(self.probes + 1, self.rng.random())
+        self.next_probe = now + delay
+        return delay
+
+    def works(self) -> None:
+        self.down_since, self.probes = None, 0
+        for schedule in self.schedules:
+            if schedule.waits_for_link:
+                schedule.reset()
 
 
 # ----------------------------------------------------------------------------- offline link
@@ -427,6 +561,12 @@ class NullShoreLink:
     def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse:
         return pb.CommandAcksResponse(
             accepted_command_ids=[ack.command_id for ack in message.acks])
+
+    def config(self) -> pb.ConfigResponse:
+        return pb.ConfigResponse()
+
+    def probe(self) -> bool:
+        return True
 
     def close(self) -> None:
         pass

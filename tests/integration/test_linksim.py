@@ -1,0 +1,125 @@
+"""The link simulator relaying real TCP on loopback: bytes arrive intact and in order both
+ways, outages refuse or hold, resets close connections, and the link comes back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tidesync.linksim import LinkProfile, LinkSimulator, OutageMode
+
+TIMEOUT = 30.0
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        with contextlib.suppress(OSError):  # the resets the tests make
+            while data := self.request.recv(65536):
+                self.request.sendall(data)
+
+
+@pytest.fixture
+def echo_server() -> Iterator[tuple[str, int]]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[0], server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def connect(link: LinkSimulator) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", link.port), timeout=TIMEOUT)
+
+
+def receive(sock: socket.socket, size: int) -> bytes:
+    chunks, received = [], 0
+    while received < size:
+        chunk = sock.recv(min(65536, size - received))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        received += len(chunk)
+    return b"".join(chunks)
+
+
+def echo(sock: socket.socket, payload: bytes) -> bytes:
+    """Send while receiving (a thread), so neither side's buffers fill and block."""
+    def send() -> None:
+        with contextlib.suppress(OSError):  # a reset shows on the receiving side
+            sock.sendall(payload)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    answer = receive(sock, len(payload))
+    sender.join(TIMEOUT)
+    return answer
+
+
+def test_bytes_arrive_intact_and_in_order_both_ways(echo_server: tuple[str, int]) -> None:
+    profile = LinkProfile(rate_bytes_per_second=4 * 1024 * 1024, latency_seconds=0.005,
+                          loss=0.2, retransmit_seconds=0.01, segment_bytes=700, seed=1)
+    payload = os.urandom(300_000)
+    with LinkSimulator(echo_server, profile) as link, connect(link) as sock:
+        assert echo(sock, payload) == payload
+        stats = link.stats
+    assert stats.up_delivered == stats.down_delivered == len(payload)
+    assert stats.connections == 1 and stats.resets == 0
+
+
+def test_a_stalled_link_holds_bytes_and_delivers_them_after(
+        echo_server: tuple[str, int]) -> None:
+    profile = LinkProfile(outage_mode=OutageMode.STALL)
+    with LinkSimulator(echo_server, profile) as link, connect(link) as sock:
+        assert echo(sock, b"before") == b"before"
+        link.set_down(True)
+        sock.sendall(b"held while down")
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        assert link.stats.up_delivered == len(b"before")
+        link.set_down(False)
+        sock.settimeout(TIMEOUT)
+        assert receive(sock, len(b"held while down")) == b"held while down"
+        assert link.stats.resets == 0
+
+
+def test_a_refusing_outage_resets_connections_and_the_link_comes_back(
+        echo_server: tuple[str, int]) -> None:
+    with LinkSimulator(echo_server, LinkProfile()) as link:
+        with connect(link) as open_before:
+            assert echo(open_before, b"ping") == b"ping"
+            link.set_down(True)
+            with pytest.raises(ConnectionError):
+                open_before.sendall(b"x")
+                if not open_before.recv(10):
+                    raise ConnectionResetError("closed")
+        with connect(link) as during, pytest.raises(ConnectionError):
+            during.sendall(b"x")
+            if not during.recv(10):
+                raise ConnectionResetError("closed")
+        link.set_down(False)
+        with connect(link) as after:
+            assert echo(after, b"back") == b"back"
+        stats = link.stats
+    assert stats.refused >= 1 and stats.resets >= 1
+
+
+def test_random_resets_close_connections(echo_server: tuple[str, int]) -> None:
+    # On average one reset every 10 KiB relayed: 1 MiB never gets through on one connection.
+    profile = LinkProfile(resets_per_mib=100.0, seed=3)
+    with LinkSimulator(echo_server, profile) as link, connect(link) as sock:
+        with pytest.raises(ConnectionError):
+            answer = echo(sock, os.urandom(1024 * 1024))
+            if len(answer) < 1024 * 1024:
+                raise ConnectionResetError("closed early")
+        assert link.stats.resets == 1

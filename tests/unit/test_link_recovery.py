@@ -1,0 +1,76 @@
+"""The link's recovery: probes stay bounded however long the link is down, and the first
+success resets every schedule that waited for the link — but not waits the shore asked for."""
+
+from __future__ import annotations
+
+import random
+
+from tidesync.domain.backoff import Backoff
+from tidesync.ship.transport import (
+    HttpShoreLink,
+    LinkDown,
+    LinkReason,
+    LinkRecovery,
+    ShoreRefused,
+    link_is_down,
+)
+
+
+class _Probe:
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers, self.calls = answers, 0
+
+    def probe(self) -> bool:
+        self.calls += 1
+        return self.answers.pop(0)
+
+
+def test_a_working_link_resets_every_schedule_that_waited_for_it() -> None:
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(1))
+    upload, receipts, config = (recovery.schedule(Backoff()) for _ in range(3))
+    for _ in range(12):  # minutes of outage: each request's own wait has grown long
+        upload.failed(0.0, link_down=True)
+        receipts.failed(0.0, retry_after=120.0)  # the shore asked for this wait
+    config.failed(0.0)  # not the link's fault (the offered rules could not be checked)
+    assert not upload.due(0.0) and recovery.down_since == 0.0
+    receipts.waits_for_link = False
+    heartbeat = recovery.schedule(Backoff())
+    heartbeat.succeeded()
+    assert upload.due(0.0) and upload.attempt == 0
+    assert not receipts.due(0.0) and not config.due(0.0)
+    assert recovery.down_since is None
+
+
+def test_probes_are_bounded_and_a_successful_one_resumes_everything() -> None:
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(2))
+    upload = recovery.schedule(Backoff())
+    now = 0.0
+    for _ in range(20):
+        upload.failed(now, link_down=True)
+    link = _Probe([False] * 30 + [True])
+    delays = []
+    while link.answers:
+        if recovery.probe_due(now):
+            waited_from = now
+            if recovery.probe(link, now):
+                break
+            delays.append(recovery.next_probe - waited_from)
+        now += 0.25
+    assert delays and all(0.5 <= delay <= 30.0 for delay in delays)
+    assert max(delays) > 15.0  # they grew towards the cap
+    assert upload.due(now) and recovery.down_since is None
+    assert not recovery.probe(link, now + 100)  # a working link is not probed
+
+
+def test_only_a_request_without_any_answer_means_the_link_is_down() -> None:
+    assert link_is_down(LinkDown(LinkReason.NETWORK_ERROR, "reset"))
+    assert link_is_down(LinkDown(LinkReason.TIMEOUT, "slow"))
+    assert not link_is_down(LinkDown(LinkReason.RESPONSE_FORGED, "not the shore's"))
+    assert not link_is_down(ShoreRefused("HTTP_503", "busy", status=503))
+
+
+def test_probing_a_shore_nobody_listens_for_fails_quickly() -> None:
+    link = HttpShoreLink("http://127.0.0.1:9", "n", bytes(32), clock=lambda: None,  # type: ignore[arg-type, return-value]
+                         probe_timeout=2.0)
+    assert link.probe() is False
+    assert link.counters.connections_opened == 0

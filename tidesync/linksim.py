@@ -1,0 +1,560 @@
+"""A userland satellite-link simulator: a TCP proxy with per-direction bandwidth, one-way latency,
+scheduled or forced outages, random connection resets and loss modelled as retransmission stalls.
+
+Linux netem is not available everywhere tests and benchmarks run, so this proxy stands in for
+the ship's link: `with LinkSimulator(("127.0.0.1", port), LinkProfile(...)) as link:` relays
+`link.port` to the target on a background thread; `python -m tidesync.linksim --listen 8471
+--target 127.0.0.1:8470 --rate 131072 --latency-ms 300` does the same for operators and demos.
+
+What it models, per direction of the link:
+
+* bandwidth: the bytes of every connection share one serializer (a token bucket whose burst is
+  one segment), so a byte leaves no earlier than `size / rate` after the one before it;
+* latency: a byte arrives `latency` after it left; a new connection's first bytes also wait a
+  handshake (two one-way latencies);
+* loss: each segment of `segment_bytes` (by offset in its stream) is lost with probability
+  `loss`; a lost segment arrives `retransmit_seconds` late and holds everything behind it;
+* outages every `outage_every_seconds` for `outage_seconds` (or forced by `set_down(True)`):
+  "refuse" resets open connections and resets new ones at once, "stall" holds every byte
+  until the outage ends;
+* random resets: per connection, after an exponentially distributed number of seconds or of
+  MiB relayed; every draw comes from a generator seeded by `seed` and the connection's number.
+
+What a userland proxy cannot model: real packet loss, reordering or duplication (the proxy's
+own TCP legs are lossless loopback connections); the real stack's congestion control, which
+sees a fast local link and never slows down after a loss; window limits and bufferbloat of a
+real modem; and a refused connect (the kernel accepts it, the proxy then resets it, so the
+client sees a reset instead of ECONNREFUSED, and a stalled connect instead of a SYN timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import enum
+import itertools
+import math
+import random
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+from tidesync.domain.errors import ErrorCode, TidesyncError
+
+MIB = 1024 * 1024
+_READ_BYTES = 64 * 1024
+_QUEUE_PIECES = 512
+"""Pieces waiting for delivery per direction of a connection: the proxy's send buffer."""
+_TICK_SECONDS = 0.02
+
+
+class OutageMode(enum.StrEnum):
+    REFUSE = "refuse"  # open connections are reset, new ones reset at once
+    STALL = "stall"    # bytes are held until the outage ends
+
+
+class LinkProfileError(TidesyncError):
+    """A link profile with impossible values."""
+
+    code = ErrorCode.CONFIG_INVALID
+
+
+@dataclass(frozen=True)
+class LinkProfile:
+    """The impairments of the simulated link; the defaults impair nothing."""
+
+    rate_bytes_per_second: float = 0.0  # each direction; 0 = unlimited
+    latency_seconds: float = 0.0  # one way
+    loss: float = 0.0  # probability per segment
+    segment_bytes: int = 1400
+    retransmit_seconds: float = 1.0
+    outage_every_seconds: float = 0.0  # 0 = no scheduled outages
+    outage_seconds: float = 0.0
+    outage_offset_seconds: float | None = None  # first outage start; None: every - duration
+    outage_mode: OutageMode = OutageMode.REFUSE
+    resets_per_second: float = 0.0  # per connection
+    resets_per_mib: float = 0.0  # per connection, both directions counted
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise LinkProfileError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        problems = [f"{name} must be >= 0" for name in (
+            "rate_bytes_per_second", "latency_seconds", "retransmit_seconds",
+            "outage_every_seconds", "outage_seconds", "resets_per_second", "resets_per_mib")
+            if getattr(self, name) < 0]
+        if not 0.0 <= self.loss < 1.0:
+            problems.append("loss must be in [0, 1)")
+        if self.segment_bytes < 1:
+            problems.append("segment_bytes must be >= 1")
+        if self.outage_every_seconds and self.outage_seconds >= self.outage_every_seconds:
+            problems.append("outage_seconds must be shorter than outage_every_seconds")
+        return problems
+
+    def outages(self) -> OutageSchedule:
+        offset = (self.outage_offset_seconds if self.outage_offset_seconds is not None
+                  else self.outage_every_seconds - self.outage_seconds)
+        return OutageSchedule(self.outage_every_seconds, self.outage_seconds, offset)
+
+
+@dataclass(frozen=True)
+class OutageSchedule:
+    """Outages of `duration` seconds starting at `offset + k * every` seconds after the link
+    started (k = 0, 1, ...)."""
+
+    every: float
+    duration: float
+    offset: float
+
+    def window_at(self, elapsed: float) -> tuple[float, float] | None:
+        """The outage (start, end) in seconds since the start that `elapsed` falls in."""
+        if self.every <= 0 or self.duration <= 0 or elapsed < self.offset:
+            return None
+        start = self.offset + math.floor((elapsed - self.offset) / self.every) * self.every
+        return (start, start + self.duration) if elapsed < start + self.duration else None
+
+    def windows(self, until: float) -> list[tuple[float, float]]:
+        """Every outage that starts before `until` seconds since the start."""
+        if self.every <= 0 or self.duration <= 0:
+            return []
+        starts = itertools.takewhile(lambda s: s < until,
+                                     (self.offset + k * self.every for k in itertools.count()))
+        return [(start, start + self.duration) for start in starts]
+
+
+@dataclass
+class Serializer:
+    """One direction's bandwidth: bytes leave one after another at `rate` bytes per second,
+    never during a scheduled outage. Pure: the caller passes the time."""
+
+    rate: float
+    outages: OutageSchedule
+    started: float
+    free_at: float = 0.0
+
+    def depart(self, size: int, now: float) -> float:
+        """When the last of `size` bytes offered at `now` has left."""
+        if self.rate <= 0:
+            return now
+        start = max(now, self.free_at)
+        window = self.outages.window_at(start - self.started)
+        if window is not None:
+            start = self.started + window[1]
+        self.free_at = start + size / self.rate
+        return self.free_at
+
+
+@dataclass
+class Channel:
+    """One direction of one connection: when each piece of its byte stream arrives. Pure."""
+
+    profile: LinkProfile
+    serializer: Serializer
+    rng: random.Random
+    not_before: float = 0.0
+    offset: int = 0
+    lost: bool = False
+    last: float = 0.0
+
+    def schedule(self, size: int, now: float) -> list[tuple[float, int]]:
+        """(arrival time, bytes) of the next `size` bytes of the stream, offered at `now`, cut
+        at segment boundaries; arrivals never go backwards (one lost segment stalls all
+        behind it)."""
+        pieces: list[tuple[float, int]] = []
+        segment = self.profile.segment_bytes
+        while size > 0:
+            within = self.offset % segment
+            take = min(size, segment - within)
+            if within == 0:
+                self.lost = self.rng.random() < self.profile.loss
+            arrival = self.serializer.depart(take, max(now, self.not_before))
+            arrival += self.profile.latency_seconds
+            if within == 0 and self.lost:
+                arrival += self.profile.retransmit_seconds
+            self.last = max(arrival, self.last)
+            pieces.append((self.last, take))
+            self.offset += take
+            size -= take
+        return pieces
+
+    def end(self, now: float) -> float:
+        """When the end of the stream (a FIN) offered at `now` arrives."""
+        self.last = max(self.last, now + self.profile.latency_seconds)
+        return self.last
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """When one connection is reset: after `seconds` or after `bytes` relayed (inf: never)."""
+
+    seconds: float
+    bytes: float
+
+    @classmethod
+    def draw(cls, profile: LinkProfile, rng: random.Random) -> ResetPlan:
+        seconds = rng.expovariate(profile.resets_per_second) if profile.resets_per_second \
+            else math.inf
+        size = rng.expovariate(profile.resets_per_mib / MIB) if profile.resets_per_mib \
+            else math.inf
+        return cls(seconds, size)
+
+
+def connection_rng(seed: int, number: int, purpose: str) -> random.Random:
+    """The generator of one connection's draws: the same seed gives the same draws."""
+    return random.Random(f"{seed}/{number}/{purpose}")  # noqa: S311 - a simulation, not secrets
+
+
+@dataclass
+class LinkStats:
+    """What went through the link: bytes read from each side and delivered to the other."""
+
+    up_bytes: int = 0  # read from the client (towards the target)
+    down_bytes: int = 0  # read from the target (towards the client)
+    up_delivered: int = 0
+    down_delivered: int = 0
+    connections: int = 0
+    refused: int = 0
+    resets: int = 0
+
+
+# ----------------------------------------------------------------------------- the proxy
+
+
+_Legs = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class _Connection:
+    """One relayed connection: two channels, four tasks, and how it ends."""
+
+    def __init__(self, proxy: _Proxy, number: int, client: _Legs, target: _Legs,
+                 now: float) -> None:
+        profile = proxy.profile
+        self.proxy, self.number = proxy, number
+        self.client, self.target = client, target
+        self.up = Channel(profile, proxy.up, connection_rng(profile.seed, number, "up"),
+                          not_before=now + 2 * profile.latency_seconds)
+        self.down = Channel(profile, proxy.down, connection_rng(profile.seed, number, "down"))
+        plan = ResetPlan.draw(profile, connection_rng(profile.seed, number, "resets"))
+        self.reset_at, self.reset_after_bytes = now + plan.seconds, plan.bytes
+        self.relayed = 0
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        up: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUE_PIECES)
+        down: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUE_PIECES)
+        self.tasks = [asyncio.ensure_future(coroutine) for coroutine in (
+            self._read(self.client[0], self.up, up, "up"),
+            self._deliver(up, self.target[1], "up"),
+            self._read(self.target[0], self.down, down, "down"),
+            self._deliver(down, self.client[1], "down"))]
+        try:
+            await asyncio.gather(*self.tasks)
+        except (ConnectionError, OSError):
+            self.reset()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for writer in (self.client[1], self.target[1]):
+                writer.close()
+
+    async def _read(self, source: asyncio.StreamReader, channel: Channel,
+                    queue: asyncio.Queue[tuple[float, bytes]], direction: str) -> None:
+        while True:
+            data = await source.read(_READ_BYTES)
+            now = self.proxy.now()
+            if not data:
+                await queue.put((channel.end(now), b""))
+                return
+            self.proxy.stats_add(direction, len(data), delivered=False)
+            self.relayed += len(data)
+            if self.relayed >= self.reset_after_bytes:
+                self.reset()
+                return
+            for arrival, size in channel.schedule(len(data), now):
+                piece, data = data[:size], data[size:]
+                await queue.put((arrival, piece))
+
+    async def _deliver(self, queue: asyncio.Queue[tuple[float, bytes]],
+                       sink: asyncio.StreamWriter, direction: str) -> None:
+        while True:
+            arrival, piece = await queue.get()
+            await self.proxy.sleep_until(arrival)
+            await self.proxy.wait_passable()
+            if not piece:
+                if sink.can_write_eof():
+                    sink.write_eof()
+                return
+            self.proxy.stats_add(direction, len(piece), delivered=True)
+            sink.write(piece)
+            await sink.drain()
+
+    def reset(self) -> None:
+        """Abort both legs with a TCP reset and stop relaying."""
+        if self not in self.proxy.connections:
+            return
+        self.proxy.connections.discard(self)
+        self.proxy.stats.resets += 1
+        for _, writer in (self.client, self.target):
+            abort(writer)
+        for task in self.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+
+
+def abort(writer: asyncio.StreamWriter) -> None:
+    """Close with a reset (SO_LINGER 0), not an orderly FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class _Proxy:
+    """The asyncio side: accepts, relays, ticks outages and timed resets."""
+
+    def __init__(self, target: tuple[str, int], profile: LinkProfile) -> None:
+        self.target, self.profile = target, profile
+        self.outages = profile.outages()
+        self.loop = asyncio.get_running_loop()
+        self.started = self.loop.time()
+        self.up = Serializer(profile.rate_bytes_per_second, self.outages, self.started)
+        self.down = Serializer(profile.rate_bytes_per_second, self.outages, self.started)
+        self.stats = LinkStats()
+        self.lock = threading.Lock()
+        self.connections: set[_Connection] = set()
+        self.numbers = itertools.count()
+        self.forced_down = False
+        self._was_down = False
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def down_now(self) -> bool:
+        return self.forced_down or self.outages.window_at(self.now() - self.started) is not None
+
+    def stats_add(self, direction: str, size: int, *, delivered: bool) -> None:
+        name = f"{direction}_{'delivered' if delivered else 'bytes'}"
+        with self.lock:
+            setattr(self.stats, name, getattr(self.stats, name) + size)
+
+    async def sleep_until(self, moment: float) -> None:
+        delay = moment - self.now()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def wait_passable(self) -> None:
+        """In stall mode, wait out an outage; in refuse mode the monitor resets instead."""
+        while self.down_now() and self.profile.outage_mode is OutageMode.STALL:
+            await asyncio.sleep(_TICK_SECONDS)
+
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = next(self.numbers)
+        with self.lock:
+            self.stats.connections += 1
+        if self.down_now() and self.profile.outage_mode is OutageMode.REFUSE:
+            self._refuse(writer)
+            return
+        try:
+            target = await asyncio.open_connection(*self.target)
+        except OSError:
+            self._refuse(writer)
+            return
+        for leg in (writer, target[1]):
+            sock = leg.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = _Connection(self, number, (reader, writer), target, self.now())
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+
+    def _refuse(self, writer: asyncio.StreamWriter) -> None:
+        with self.lock:
+            self.stats.refused += 1
+        abort(writer)
+
+    async def monitor(self) -> None:
+        """Reset connections when a refusing outage starts or their reset time comes."""
+        while True:
+            down = self.down_now()
+            now = self.now()
+            for connection in list(self.connections):
+                if (down and not self._was_down and self.profile.outage_mode
+                        is OutageMode.REFUSE) or now >= connection.reset_at:
+                    connection.reset()
+            self._was_down = down
+            await asyncio.sleep(_TICK_SECONDS)
+
+
+class LinkSimulator:
+    """The proxy on a background thread: `with LinkSimulator(target, profile) as link:`."""
+
+    def __init__(self, target: tuple[str, int], profile: LinkProfile | None = None, *,
+                 listen: tuple[str, int] = ("127.0.0.1", 0)) -> None:
+        self.target, self.profile, self.listen = target, profile or LinkProfile(), listen
+        self.port = 0
+        self.started = 0.0
+        """The loop time (time.monotonic) the link started: outage windows count from it."""
+        self._proxy: _Proxy | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="link-simulator", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen[0]}:{self.port}"
+
+    @property
+    def stats(self) -> LinkStats:
+        """A copy of the counters so far."""
+        proxy = self._running()
+        with proxy.lock:
+            return LinkStats(**vars(proxy.stats))
+
+    def set_down(self, down: bool) -> None:
+        """Force an outage (in the profile's mode) until `set_down(False)`."""
+        proxy, loop = self._running(), self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._force, proxy, down)
+
+    @staticmethod
+    def _force(proxy: _Proxy, down: bool) -> None:
+        proxy.forced_down = down
+        if down and proxy.profile.outage_mode is OutageMode.REFUSE:
+            for connection in list(proxy.connections):
+                connection.reset()
+
+    def outage_windows(self, until: float) -> list[tuple[float, float]]:
+        """Scheduled outages starting before monotonic time `until`, in monotonic times."""
+        return [(self.started + start, self.started + end)
+                for start, end in self.profile.outages().windows(until - self.started)]
+
+    def start(self) -> LinkSimulator:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self) -> None:
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> LinkSimulator:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    def _running(self) -> _Proxy:
+        if self._proxy is None:
+            raise RuntimeError("the link simulator is not running")
+        return self._proxy
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as error:  # noqa: BLE001 - handed to the starting thread
+            self._error = error
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        proxy = _Proxy(self.target, self.profile)
+        server = await asyncio.start_server(proxy.accept, *self.listen, reuse_address=True)
+        self.port = server.sockets[0].getsockname()[1]
+        self._proxy, self.started = proxy, proxy.started
+        monitor = asyncio.ensure_future(proxy.monitor())
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            monitor.cancel()
+            server.close()
+            for connection in list(proxy.connections):
+                connection.reset()
+            await asyncio.sleep(0)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tidesync.linksim", description=(
+        "Relay TCP from --listen to --target through a simulated satellite link."))
+    parser.add_argument("--listen", default="127.0.0.1:8471",
+                        help="[host:]port to listen on (default 127.0.0.1:8471)")
+    parser.add_argument("--target", required=True, help="host:port to relay to")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="bytes per second each way (0: unlimited)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="one-way latency")
+    parser.add_argument("--loss", type=float, default=0.0,
+                        help="probability a segment is lost (and retransmitted late)")
+    parser.add_argument("--retransmit-ms", type=float, default=1000.0,
+                        help="how late a lost segment arrives")
+    parser.add_argument("--outage-every", type=float, default=0.0,
+                        help="seconds between outage starts (0: none)")
+    parser.add_argument("--outage-seconds", type=float, default=0.0, help="outage length")
+    parser.add_argument("--outage-mode", choices=[mode.value for mode in OutageMode],
+                        default=OutageMode.REFUSE.value)
+    parser.add_argument("--resets-per-second", type=float, default=0.0)
+    parser.add_argument("--resets-per-mib", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def profile_of(args: argparse.Namespace) -> LinkProfile:
+    return LinkProfile(
+        rate_bytes_per_second=args.rate, latency_seconds=args.latency_ms / 1000,
+        loss=args.loss, retransmit_seconds=args.retransmit_ms / 1000,
+        outage_every_seconds=args.outage_every, outage_seconds=args.outage_seconds,
+        outage_mode=OutageMode(args.outage_mode), resets_per_second=args.resets_per_second,
+        resets_per_mib=args.resets_per_mib, seed=args.seed)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        profile = profile_of(args)
+    except LinkProfileError as error:
+        print(f"linksim: {error}", file=sys.stderr)
+        return 2
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    with LinkSimulator(_address(args.target), profile, listen=_address(args.listen)) as link:
+        print(f"linksim: {link.url} -> {args.target}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while not stopped.wait(10.0):
+                stats = link.stats
+                print(f"linksim: up {stats.up_delivered} B, down {stats.down_delivered} B,"
+                      f" {stats.connections} connections, {stats.resets} resets,"
+                      f" {stats.refused} refused", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
