@@ -24,10 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     parser.add_argument("name", choices=available())
     parser.add_argument("--quick", action="store_true", help="smaller sizes (for smoke tests)")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     module = importlib.import_module(f"benchmarks.{args.name}")
+    options: dict[str, object] = {}
+    if hasattr(module, "add_arguments"):  # a benchmark's own options
+        own = argparse.ArgumentParser(prog=f"python -m benchmarks {args.name}")
+        module.add_arguments(own)
+        options = vars(own.parse_args(rest))
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     report = Report(args.name)
-    module.run(report, quick=args.quick)
+    module.run(report, quick=args.quick, **options)
     print(report.render())
     return 0
 

@@ -1,118 +1,252 @@
-"""Wire size: bytes per event of an UploadBatch against Debezium's JSON for the same changes.
+"""Wire size: bytes per event of upload batches against Debezium's JSON for the same changes.
 
-A seeded mixed workload (30 tables, 70% updates, 20% inserts, 10% deletes) in 500-event batches.
+Two built-in workloads: wide rows (30 ERP tables, 70% updates of 1-3 columns) and narrow ship
+rows (`_ship_workload`: positions, engines, noon reports, fuel, maintenance, crew; about 75%
+updates of 3-4 columns). Each is normalized by the real DebeziumNormalizer where it starts from
+records, cut into 500-event batches and compared with the same records as Debezium JSON
+(payload-only and with schemas), zstd-3 over each batch's newline-joined keys and values.
+The ratio is the worse of the two workloads' UploadBatchV2 / payload-only JSON.
+
+`--input RECORDS.jsonl [--columns TYPES.json]` runs the comparison on records an operator
+supplies instead: one JSON object per line with topic, partition, offset, key and value (key
+and value as the JSON documents, or as text holding them); `--columns` as for `tidesync
+inspect debezium`, needed for payload-only records.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import datetime as dt
+import json
 import uuid
 from collections import Counter
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 import zstandard
 
-from benchmarks._mysql_workload import NODE_ID, Change, generate
+from benchmarks import _mysql_workload, _ship_workload
 from benchmarks.harness import Report, best_of, timed
+from tidesync.cdc.column_types import InMemoryColumnTypes
+from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
+from tidesync.cdc.outcomes import Normalized
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.wire import codec
 
 BATCH_SIZE = 500
 CREATED_AT = dt.datetime(2025, 3, 2, tzinfo=dt.UTC)
+MAX_INPUT_LINE = 16 << 20
 T = TypeVar("T")
 
 
-def run(report: Report, quick: bool = False) -> None:
-    changes = generate(2_000 if quick else 10_000)
-    events = [change.event for change in changes]
-    _describe_workload(report, changes)
-    debezium_raw, debezium_zstd = _debezium_sizes(changes)
-    report.add("Debezium JSON key+value, raw", debezium_raw, "B/event")
-    report.add("Debezium JSON, 500/batch, zstd-3", debezium_zstd, "B/event")
-    ours: dict[tuple[bool, str], float] = {}
-    for include_before in (True, False):
-        label = "with" if include_before else "without"
-        sizes = _upload_batch_sizes(events, include_before)
-        ours.update({(include_before, kind): size for kind, size in sizes.items()})
-        for kind, size in sizes.items():
-            report.add(f"UploadBatch {kind}, {label} before values", size, "B/event")
-    report.add("encode+compress (zstd-3, with before)", _encode_rate(events), "events/s")
-    report.add("decompress+verify+decode (zstd-3)", _decode_rate(events), "events/s")
-    report.set_ratio(
-        ours[(True, "zstd-3")] / debezium_zstd,
-        "UploadBatch zstd-3 B/event (with before values) / Debezium JSON zstd-3 B/event "
-        "(goal <= 0.5)",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", metavar="RECORDS.jsonl", type=Path,
+                        help="Debezium records, one JSON object per line (topic, partition,"
+                             " offset, key, value); default: the built-in workloads")
+    parser.add_argument("--columns", metavar="TYPES.json", type=Path,
+                        help='MySQL column types {"db.table": {"column": "type"}}, for'
+                             " payload-only records")
+    parser.add_argument("--origin", default="ship-0042", help="origin node id of the records")
 
 
-def _describe_workload(report: Report, changes: Sequence[Change]) -> None:
-    operations = Counter(change.event.operation.value for change in changes)
-    tables = {change.event.table for change in changes}
-    report.add("events", len(changes))
-    report.add("tables touched", len(tables))
-    for operation in ("UPDATE", "INSERT", "DELETE"):
-        report.add(f"{operation} share", 100.0 * operations[operation] / len(changes), "%")
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Events and the key/value JSON documents of the records they came from, in order."""
+
+    name: str
+    events: list[ChangeEvent]
+    keys: list[bytes | None]       # as the records carry them (with schemas where they do)
+    values: list[bytes | None]
+    payload_keys: list[bytes | None]
+    payload_values: list[bytes | None]
+
+
+def run(report: Report, quick: bool = False, input: Path | None = None,
+        columns: Path | None = None, origin: str = "ship-0042") -> None:
+    if input is not None:
+        workload = _from_file(input, columns, origin)
+        report.set_ratio(_compare(report, workload, schemas_known=False),
+                         "UploadBatchV2 zstd-3 B/event / the records' JSON zstd-3 B/event"
+                         " (goal <= 0.5)")
+        return
+    count = 2_000 if quick else 10_000
+    ratios = [_compare(report, _wide(count), schemas_known=True),
+              _compare(report, _narrow(count), schemas_known=True)]
+    report.set_ratio(max(ratios), "the worse of the two workloads' UploadBatchV2 zstd-3 B/event"
+                     " / Debezium payload-only JSON zstd-3 B/event (goal <= 0.5)")
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def _payload(document: dict[str, Any] | None) -> bytes | None:
+    if document is None:
+        return None
+    return _json(document["payload"] if "payload" in document and "schema" in document
+                 else document)
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _wide(count: int) -> Workload:
+    changes = _mysql_workload.generate(count)
+    records = [change.record for change in changes]
+    return Workload("wide rows", [change.event for change in changes],
+                    [r.key_bytes() for r in records], [r.value_bytes() for r in records],
+                    [_payload(r.key) for r in records], [_payload(r.value) for r in records])
+
+
+def _narrow(count: int) -> Workload:
+    records = _ship_workload.generate(count)
+    normalizer = DebeziumNormalizer(NormalizerSettings(
+        origin_node_id=_ship_workload.NODE_ID, source_connector_id="ship-0042-mysql",
+        bidirectional_tables=_ship_workload.TWO_WAY_TABLES))
+    kafka = [KafkaRecord(r.topic, r.partition, r.offset, r.record.key_bytes(),
+                         r.record.value_bytes()) for r in records]
+    events = _normalized(normalizer, kafka)
+    return Workload("narrow ship rows", events, [k.key for k in kafka], [k.value for k in kafka],
+                    [_payload(r.record.key) for r in records],
+                    [_payload(r.record.value) for r in records])
+
+
+def _normalized(normalizer: DebeziumNormalizer, records: Iterable[KafkaRecord]
+                ) -> list[ChangeEvent]:
+    """Normalized events with contiguous source sequences per partition, as the ship gives."""
+    sequences: Counter[tuple[str, int]] = Counter()
+    events = []
+    for record in records:
+        outcome = normalizer.normalize(record)
+        if isinstance(outcome, Normalized):
+            key = (record.topic, record.partition)
+            events.append(dataclasses.replace(outcome.event, source_sequence=sequences[key]))
+            sequences[key] += 1
+    return events
+
+
+def _from_file(path: Path, columns: Path | None, origin: str) -> Workload:
+    types = InMemoryColumnTypes.from_json_file(columns) if columns else None
+    normalizer = DebeziumNormalizer(NormalizerSettings(
+        origin_node_id=origin, source_connector_id=f"{origin}-connector", column_types=types))
+    kafka = []
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if len(line) > MAX_INPUT_LINE:
+                raise SystemExit(f"{path}:{number}: line longer than {MAX_INPUT_LINE} bytes")
+            if line.strip():
+                kafka.append(_input_record(json.loads(line), path, number))
+    events = _normalized(normalizer, kafka)
+    if not events:
+        raise SystemExit(f"{path}: no record normalized to a change event")
+    return Workload(path.name, events, [k.key for k in kafka], [k.value for k in kafka],
+                    [k.key for k in kafka], [k.value for k in kafka])
+
+
+def _input_record(document: Any, path: Path, number: int) -> KafkaRecord:
+    if not isinstance(document, dict) or not isinstance(document.get("topic"), str):
+        raise SystemExit(f"{path}:{number}: expected an object with topic, partition, offset,"
+                         " key and value")
+    return KafkaRecord(document["topic"], int(document.get("partition", 0)),
+                       int(document.get("offset", number - 1)),
+                       _document_bytes(document.get("key")), _document_bytes(document.get("value")))
+
+
+def _document_bytes(document: Any) -> bytes | None:
+    if document is None:
+        return None
+    return document.encode() if isinstance(document, str) else _json(document)
+
+
+# ----------------------------------------------------------------------------- comparing
 
 
 def _batches(items: Sequence[T]) -> list[Sequence[T]]:
     return [items[start:start + BATCH_SIZE] for start in range(0, len(items), BATCH_SIZE)]
 
 
-def _debezium_sizes(changes: Sequence[Change]) -> tuple[float, float]:
-    """(raw key+value bytes, zstd-3 bytes of newline-joined key/value records) per event."""
-    raw = compressed = 0
+def _json_zstd(keys: Sequence[bytes | None], values: Sequence[bytes | None]) -> float:
+    """zstd-3 bytes of the records' newline-joined keys and values, per 500 records."""
     compressor = zstandard.ZstdCompressor(level=3)
-    for batch in _batches(changes):
-        lines = []
-        for change in batch:
-            lines += [change.record.key_bytes() or b"", change.record.value_bytes() or b"null"]
-        body = b"\n".join(lines)
-        raw += len(body) - (len(lines) - 1)
-        compressed += len(compressor.compress(body))
-    return raw / len(changes), compressed / len(changes)
+    total = 0
+    for start in range(0, len(keys), BATCH_SIZE):
+        lines: list[bytes] = []
+        for key, value in zip(keys[start:start + BATCH_SIZE], values[start:start + BATCH_SIZE],
+                              strict=True):
+            lines += [key or b"", value or b"null"]
+        total += len(compressor.compress(b"\n".join(lines)))
+    return total
 
 
-def _serialized_batches(events: Sequence[ChangeEvent], include_before: bool) -> list[bytes]:
-    return [
-        codec.serialize_batch(codec.build_batch(
-            batch, node_id=NODE_ID, batch_id=uuid.UUID(int=number), created_at=CREATED_AT,
-            include_before=include_before,
-        ))
-        for number, batch in enumerate(_batches(events))
-    ]
+def _ours(events: Sequence[ChangeEvent], wire_version: int,
+          before_values: codec.BeforeValues | None = None) -> tuple[float, float]:
+    """(raw, zstd-3) bytes of the events' upload batches, as the ship cuts them (500)."""
+    raw = compressed = 0
+    for number, batch in enumerate(_batches(events)):
+        body = codec.serialize_batch(codec.build_any_batch(
+            batch, node_id=events[0].origin_node_id, batch_id=uuid.UUID(int=number),
+            created_at=CREATED_AT, wire_version=wire_version, before_values=before_values))
+        raw += len(body)
+        compressed += len(codec.compress_bytes(body, 3))
+    return raw, compressed
 
 
-def _upload_batch_sizes(events: Sequence[ChangeEvent], include_before: bool) -> dict[str, float]:
-    bodies = _serialized_batches(events, include_before)
-    sizes = {"raw": float(sum(map(len, bodies)))}
-    for level in (3, 19):
-        sizes[f"zstd-{level}"] = float(
-            sum(len(codec.compress_bytes(body, level)) for body in bodies)
-        )
-    return {kind: total / len(events) for kind, total in sizes.items()}
+def _compare(report: Report, workload: Workload, *, schemas_known: bool) -> float:
+    events, count = workload.events, len(workload.events)
+    records = len(workload.keys)
+    operations = Counter(event.operation.value for event in events)
+    label = workload.name
+    report.add(f"[{label}] records / events", f"{records:,} / {count:,}")
+    report.add(f"[{label}] UPDATE share", 100.0 * operations["UPDATE"] / count, "%")
+    report.add(f"[{label}] tables", len({(e.database, e.table) for e in events}))
+    per = 1.0 / count
+    payload = _json_zstd(workload.payload_keys, workload.payload_values) * per
+    if schemas_known:
+        report.add(f"[{label}] Debezium JSON with schemas, zstd-3",
+                   _json_zstd(workload.keys, workload.values) * per, "B/event")
+        report.add(f"[{label}] Debezium JSON payload-only, zstd-3", payload, "B/event")
+    else:
+        report.add(f"[{label}] the records' JSON, zstd-3", payload, "B/event")
+    _, v1 = _ours(events, 1)
+    report.add(f"[{label}] UploadBatch v1 zstd-3 (all before values)", v1 * per, "B/event")
+    _, all_before = _ours(events, 2, codec.BeforeValues.ALL)
+    report.add(f"[{label}] UploadBatchV2 zstd-3 (all before values)", all_before * per,
+               "B/event")
+    v2_raw, v2 = _ours(events, 2, codec.BeforeValues.CONFLICT)
+    report.add(f"[{label}] UploadBatchV2 raw (as the ship sends)", v2_raw * per, "B/event")
+    report.add(f"[{label}] UploadBatchV2 zstd-3 (as the ship sends)", v2 * per, "B/event")
+    report.add(f"[{label}] encode+compress v2", _encode_rate(events), "events/s")
+    report.add(f"[{label}] shore open v2 (decode, derive ids, store as v1)",
+               _open_rate(events), "events/s")
+    ratio = v2 / (payload * count)
+    report.add(f"[{label}] ratio v2 / payload-only JSON", ratio)
+    return ratio
+
+
+def _bodies(events: Sequence[ChangeEvent]) -> list[bytes]:
+    return [codec.encode_batch(batch, node_id=events[0].origin_node_id,
+                               batch_id=uuid.UUID(int=number), created_at=CREATED_AT,
+                               wire_version=2, before_values=codec.BeforeValues.CONFLICT)
+            for number, batch in enumerate(_batches(events))]
 
 
 def _encode_rate(events: Sequence[ChangeEvent]) -> float:
     def once() -> float:
         with timed() as timing:
-            for number, batch in enumerate(_batches(events)):
-                codec.encode_batch(batch, node_id=NODE_ID, batch_id=uuid.UUID(int=number),
-                                   created_at=CREATED_AT)
+            _bodies(events)
         return len(events) / timing.seconds
-    return best_of(3, once)
+    return best_of(2, once)
 
 
-def _decode_rate(events: Sequence[ChangeEvent]) -> float:
-    bodies = [
-        codec.encode_batch(batch, node_id=NODE_ID, batch_id=uuid.UUID(int=number),
-                           created_at=CREATED_AT)
-        for number, batch in enumerate(_batches(events))
-    ]
+def _open_rate(events: Sequence[ChangeEvent]) -> float:
+    bodies = _bodies(events)
 
     def once() -> float:
         with timed() as timing:
             for body in bodies:
-                codec.decode_batch(body, max_compressed=1 << 22, max_decompressed=1 << 24)
+                codec.open_batch(body, 1 << 22, 1 << 25)
         return len(events) / timing.seconds
-    return best_of(3, once)
+    return best_of(2, once)

@@ -235,7 +235,7 @@ def test_a_node_pages_its_own_commands_with_a_stable_cursor(
         bad = get_commands(ship, "abc")
         assert bad.status == 400 and bad.error().reason_code == "BAD_CURSOR"
         newer = ship.request("GET", "/sync/v1/commands",
-                             headers={codec.PROTOCOL_VERSION_HEADER: "2.0"})
+                             headers={codec.PROTOCOL_VERSION_HEADER: "3.0"})
         assert newer.status == 426 and newer.error().reason_code == "UNSUPPORTED_PROTOCOL"
         missing = ship.request("GET", "/sync/v1/commands")
         assert missing.status == 400

@@ -450,10 +450,10 @@ def test_oversized_bodies_and_batches(ship_factory: Callable[..., Ship]) -> None
 
 def test_an_unknown_protocol_major_is_upgrade_required(ship: Ship) -> None:
     answer = ship.client.upload(batch_body(ship.node_id, [make_event(ship.node_id, 1)],
-                                           version="2.0"))
+                                           version="3.0"))
     error = answer.error()
     assert (answer.status, error.reason_code) == (426, "UNSUPPORTED_PROTOCOL")
-    assert list(error.supported_protocol_versions) == ["1.0"]
+    assert list(error.supported_protocol_versions) == ["1.0", "2.0"]
     minor = ship.client.upload(batch_body(ship.node_id, [make_event(ship.node_id, 1)],
                                           version="1.7"))
     assert minor.status == 200

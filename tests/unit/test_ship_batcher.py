@@ -112,7 +112,7 @@ def test_every_event_is_sent_once_and_each_key_in_order(placements: list[tuple[i
 
 
 def test_build_batch_cuts_by_the_encoded_size_and_roundtrips() -> None:
-    events = [event(o, note="n" * 2000) for o in range(20)]
+    events = [event(o, note=str(o) + "n" * 2000) for o in range(20)]
     batch, left = build_batch(events, NODE, NOW, BatchLimits(max_bytes=16_000))
     assert 1 <= len(batch.events) < 20 and batch.uncompressed_bytes <= 16_000
     assert list(batch.events) + left == events

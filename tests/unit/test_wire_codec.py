@@ -343,7 +343,7 @@ def test_known_major_with_any_minor_is_accepted(version: str) -> None:
     assert codec.check_protocol_version(version)[0] == 1
 
 
-@pytest.mark.parametrize("version", ["2.0", "0.9", "17.3"])
+@pytest.mark.parametrize("version", ["3.0", "0.9", "17.3"])
 def test_unknown_major_is_refused(version: str) -> None:
     with pytest.raises(UnsupportedProtocol) as refused:
         codec.check_protocol_version(version)
@@ -361,7 +361,7 @@ def test_malformed_version_is_refused(version: str) -> None:
 def test_batch_of_unknown_major_is_refused() -> None:
     batch = codec.build_batch([update_event()], node_id="n", batch_id=uuid.UUID(int=1),
                               created_at=NOW)
-    batch.protocol_version = "2.0"
+    batch.protocol_version = "3.0"
     with pytest.raises(UnsupportedProtocol):
         decode(codec.compress_bytes(codec.serialize_batch(batch)))
 
@@ -399,7 +399,7 @@ def test_other_messages_are_version_checked() -> None:
 def test_error_response_carries_reason_and_supported_versions() -> None:
     response = codec.error_response(UnsupportedProtocol("major 2"), request_id="r-1")
     assert response.reason_code == "UNSUPPORTED_PROTOCOL"
-    assert list(response.supported_protocol_versions) == ["1.0"]
+    assert list(response.supported_protocol_versions) == ["1.0", "2.0"]
 
 
 # ----------------------------------------------------------------------------- hostile bodies

@@ -26,12 +26,12 @@ from tidesync.ingress.database import Connection, transaction
 from tidesync.ingress.receipts import result_code
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
-    SUPPORTED_MAJORS,
     NameTable,
     WireError,
     event_from_wire,
     parse_message,
 )
+from tidesync.wire.protocol import SCHEMA_MAJORS
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +330,7 @@ def _malformed(wire: pb.ChangeEvent, name_count: int) -> str | None:
 
 def _major_supported(version: str) -> bool:
     major, _, minor = version.partition(".")
-    return major.isdigit() and minor.isdigit() and int(major) in SUPPORTED_MAJORS
+    return major.isdigit() and minor.isdigit() and int(major) in SCHEMA_MAJORS
 
 
 def _check_repeats(node_id: str, batch: pb.UploadBatch, screened: _Screened) -> None:
@@ -383,8 +383,12 @@ def _same_content(wire: pb.ChangeEvent, names: NameTable, version: str,
     if stored_index >= len(stored_batch.events):
         return False, None
     stored_wire = stored_batch.events[stored_index]
-    stored_digest = _content_digest(stored_wire, stored_names, stored_batch.protocol_version)
-    incoming_digest = _content_digest(wire, names, version)
+    # A sender may leave before values out (a ship sending major 2 keeps them only where a
+    # conflict can be recorded): they are then compared only where both copies carry them.
+    with_before = not (stored_wire.before_omitted or wire.before_omitted)
+    stored_digest = _content_digest(stored_wire, stored_names, stored_batch.protocol_version,
+                                    with_before)
+    incoming_digest = _content_digest(wire, names, version, with_before)
     if stored_digest is not None:
         return stored_digest == incoming_digest, stored_digest
     # Neither side decodes: only a byte-identical resend under the same names is the same.
@@ -393,16 +397,17 @@ def _same_content(wire: pb.ChangeEvent, names: NameTable, version: str,
     return same, None
 
 
-def _content_digest(wire: pb.ChangeEvent, names: NameTable, version: str) -> bytes | None:
+def _content_digest(wire: pb.ChangeEvent, names: NameTable, version: str,
+                    with_before: bool = True) -> bytes | None:
     """SHA-256 of the decoded event's canonical content; None if it does not decode."""
     try:
         event = event_from_wire(wire, names, batch_version=version)
     except WireError:
         return None
-    return content_digest(event)
+    return content_digest(event, with_before)
 
 
-def content_digest(event: ChangeEvent) -> bytes:
+def content_digest(event: ChangeEvent, with_before: bool = True) -> bytes:
     """SHA-256 over what an event says, independent of how the batch interned its names.
 
     Values are compared typed and exact (canonical_value); image column order does not
@@ -413,7 +418,8 @@ def content_digest(event: ChangeEvent) -> bytes:
         event.source_connector_id, event.source_topic, event.source_partition,
         event.source_position, event.source_sequence, event.transaction_id,
         event.transaction_order, event.rule_id, event.rule_version, event.record.canonical(),
-        event.operation.value, _image(event.before), _image(event.after),
+        event.operation.value, _image(event.before) if with_before else None,
+        _image(event.after),
         _revision_hex(event.base_revision), _revision_hex(event.result_revision),
         canonical_value(event.business_occurred_at), canonical_value(event.captured_at),
         event.trace_id, event.replay_epoch, _image(event.source_details),

@@ -24,6 +24,9 @@ class BatchLimits:
     max_bytes: int = 4 * 1024 * 1024
     level: int = codec.DEFAULT_LEVEL
     include_before: bool = True
+    wire_version: int = 2
+    """2: column-wise batches (UploadBatchV2, before values only where a conflict can be
+    recorded); 1: UploadBatch, for a shore that only speaks major 1."""
 
     def __post_init__(self) -> None:
         if self.max_events < 1 or self.max_bytes < 1:
@@ -173,8 +176,11 @@ def build_batch(events: list[ChangeEvent], node_id: str, created_at: dt.datetime
     left: list[ChangeEvent] = []
     batch_id = batch_id or uuid.uuid4()
     while True:
-        message = codec.build_batch(events, node_id=node_id, batch_id=batch_id,
-                                    created_at=created_at, include_before=limits.include_before)
+        message = codec.build_any_batch(
+            events, node_id=node_id, batch_id=batch_id, created_at=created_at,
+            include_before=limits.include_before, wire_version=limits.wire_version,
+            before_values=(codec.BeforeValues.CONFLICT if limits.include_before
+                           else codec.BeforeValues.NONE))
         raw = codec.serialize_batch(message)
         if len(raw) <= limits.max_bytes or len(events) == 1:
             body = codec.compress_bytes(raw, limits.level)

@@ -24,7 +24,10 @@ from tidesync.wire.protocol import (
     WireError,
     WireReason,
     check_protocol_version,
+    check_schema_version,
 )
+from tidesync.wire.v2_decode import DecodedV2, decode_events
+from tidesync.wire.v2_encode import BeforeValues, build_batch_v2
 
 MAX_NAMES = 32_768
 """Most entries of a batch's `strings` table (distinct topics, tables, columns, nodes)."""
@@ -54,13 +57,13 @@ def build_batch(
     return batch
 
 
-def serialize_batch(batch: pb.UploadBatch) -> bytes:
+def serialize_batch(batch: pb.UploadBatch | pb.UploadBatchV2) -> bytes:
     """The batch's bytes followed by its trailer: uncompressed_bytes, then the SHA-256
     checksum of the bytes before the trailer (see UploadBatch in sync.proto)."""
     content = batch
     if batch.uncompressed_bytes or batch.checksum:
-        content = pb.UploadBatch()
-        content.CopyFrom(batch)
+        content = type(batch)()
+        content.CopyFrom(batch)  # type: ignore[arg-type]
         content.ClearField("uncompressed_bytes")
         content.ClearField("checksum")
     body = content.SerializeToString()
@@ -75,11 +78,32 @@ def _trailer(uncompressed_bytes: int, checksum: bytes) -> bytes:
 def encode_batch(
     events: Sequence[ChangeEvent], *, node_id: str, batch_id: uuid.UUID,
     created_at: dt.datetime, include_before: bool = True, level: int = DEFAULT_LEVEL,
+    wire_version: int = 1, before_values: BeforeValues | None = None,
 ) -> bytes:
-    """The zstd-compressed body of POST /sync/v1/batches for `events`."""
-    batch = build_batch(events, node_id=node_id, batch_id=batch_id, created_at=created_at,
-                        include_before=include_before)
-    return compress_bytes(serialize_batch(batch), level)
+    """The zstd-compressed body of POST /sync/v1/batches for `events`: an UploadBatch
+    (`wire_version` 1) or an UploadBatchV2 (2, whose before values follow `before_values`,
+    by default all of them or none as `include_before` says)."""
+    return compress_bytes(serialize_batch(build_any_batch(
+        events, node_id=node_id, batch_id=batch_id, created_at=created_at,
+        include_before=include_before, wire_version=wire_version,
+        before_values=before_values)), level)
+
+
+def build_any_batch(
+    events: Sequence[ChangeEvent], *, node_id: str, batch_id: uuid.UUID,
+    created_at: dt.datetime, include_before: bool = True, wire_version: int = 1,
+    before_values: BeforeValues | None = None,
+) -> pb.UploadBatch | pb.UploadBatchV2:
+    """The upload batch message of `wire_version` (1 or 2) for `events`."""
+    if wire_version == 1:
+        return build_batch(events, node_id=node_id, batch_id=batch_id, created_at=created_at,
+                           include_before=include_before)
+    if wire_version != 2:
+        raise ValueError(f"wire version {wire_version} is not one this code writes")
+    if before_values is None:
+        before_values = BeforeValues.ALL if include_before else BeforeValues.NONE
+    return build_batch_v2(events, node_id=node_id, batch_id=batch_id, created_at=created_at,
+                          before_values=before_values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +144,16 @@ def open_batch(
     and verify the trailer checksum, but decode no event: the receiver's fast path.
 
     Returns the bytes to store (the verified ones, re-serialized without fields this version
-    does not know if there were any) and the message."""
+    does not know if there were any) and the message. A batch of major 2 is decoded whole
+    (its event ids derived and checked) and handed over as the UploadBatch of the same events,
+    which is what is stored."""
     raw = decompress_bytes(body, max_compressed, max_decompressed)
-    check_batch_shape(raw, max_events)
+    if _is_v2(check_batch_shape(raw, max_events)):
+        return _as_v1(*_open_v2(raw, max_events))
+    return _open_v1(raw)
+
+
+def _open_v1(raw: bytes) -> tuple[bytes, pb.UploadBatch]:
     batch = parse_message(raw, pb.UploadBatch)
     check_protocol_version(batch.protocol_version)
     _verify_trailer(raw, batch)
@@ -133,6 +164,40 @@ def open_batch(
     return _without_unknown_fields(raw, batch), batch
 
 
+def _is_v2(version: bytes | None) -> bool:
+    if version is None or not version.startswith(b"2."):
+        return False
+    try:
+        return check_protocol_version(version.decode("utf-8"))[0] == 2
+    except (UnicodeDecodeError, WireError):
+        return False
+
+
+def _open_v2(raw: bytes, max_events: int) -> tuple[pb.UploadBatchV2, DecodedV2]:
+    batch = parse_message(raw, pb.UploadBatchV2)
+    _verify_trailer(raw, batch)
+    for text in (batch.node_id, batch.protocol_version, *batch.strings):
+        if "\x00" in text:
+            raise NulInString("a name in the batch holds a NUL character")
+    return batch, decode_events(batch, max_events=max_events, max_columns=MAX_COLUMNS)
+
+
+def _as_v1(header: pb.UploadBatchV2, decoded: DecodedV2) -> tuple[bytes, pb.UploadBatch]:
+    """The UploadBatch carrying what a v2 batch carries, and its bytes with the trailer."""
+    names = NameTable()
+    batch = pb.UploadBatch(
+        protocol_version=PROTOCOL_VERSION, node_id=header.node_id, batch_id=header.batch_id,
+        created_at_micros=header.created_at_micros)
+    try:
+        for index, event in enumerate(decoded.events):
+            wire = event_to_wire(event, names, out=batch.events.add())
+            wire.before_omitted = index in decoded.before_omitted
+    except (ValueError, TypeError) as error:
+        raise MalformedPayload("an event of the batch cannot be stored") from error
+    batch.strings.extend(names.names)
+    return serialize_batch(batch), batch
+
+
 def _check_column_count(batch: pb.UploadBatch) -> None:
     columns = sum(len(e.before) + len(e.after) + len(e.source_details)
                   + len(e.record.primary_key) for e in batch.events)
@@ -141,9 +206,11 @@ def _check_column_count(batch: pb.UploadBatch) -> None:
                             WireReason.TOO_MANY_COLUMNS)
 
 
-def check_batch_shape(raw: bytes, max_events: int) -> None:
+def check_batch_shape(raw: bytes, max_events: int) -> bytes | None:
     """Count events and names, and measure header texts, on the serialized UploadBatch: a
-    batch past a cap is refused before the parser allocates a message per entry."""
+    batch past a cap is refused before the parser allocates a message per entry. Returns the
+    raw protocol_version (None if absent)."""
+    version: bytes | None = None
     counts = {_EVENTS_FIELD: 0, _STRINGS_FIELD: 0}
     caps = {_EVENTS_FIELD: (max_events, WireReason.TOO_MANY_EVENTS),
             _STRINGS_FIELD: (MAX_NAMES, WireReason.TOO_MANY_NAMES)}
@@ -155,6 +222,8 @@ def check_batch_shape(raw: bytes, max_events: int) -> None:
             position = _skip_scalar(raw, position, wire_type)
             continue
         length, position = _varint(raw, position)
+        if field_number == 1:
+            version = raw[position:position + length]
         position += length
         if field_number in _HEADER_TEXT_FIELDS and length > MAX_NAME_BYTES:
             raise ShapeTooLarge(f"a name is longer than {MAX_NAME_BYTES} bytes",
@@ -166,6 +235,7 @@ def check_batch_shape(raw: bytes, max_events: int) -> None:
                 raise ShapeTooLarge(f"more than {cap} entries of field {field_number}", reason)
     if position != len(raw):
         raise MalformedPayload("not a valid UploadBatch")
+    return version
 
 
 def _varint(raw: bytes, position: int) -> tuple[int, int]:
@@ -200,7 +270,10 @@ def _without_unknown_fields(raw: bytes, batch: pb.UploadBatch) -> bytes:
 def decode_batch(body: bytes, max_compressed: int, max_decompressed: int,
                  max_events: int = DEFAULT_MAX_EVENTS) -> DecodedBatch:
     """Decompress (hard caps), verify the trailer checksum and version, decode each event."""
-    _, batch = open_batch(body, max_compressed, max_decompressed, max_events=max_events)
+    raw = decompress_bytes(body, max_compressed, max_decompressed)
+    if _is_v2(check_batch_shape(raw, max_events)):
+        return _decoded_v2(*_open_v2(raw, max_events))
+    _, batch = _open_v1(raw)
     names = NameTable(batch.strings)
     return DecodedBatch(
         protocol_version=batch.protocol_version,
@@ -214,7 +287,7 @@ def decode_batch(body: bytes, max_compressed: int, max_decompressed: int,
     )
 
 
-def _verify_trailer(raw: bytes, batch: pb.UploadBatch) -> None:
+def _verify_trailer(raw: bytes, batch: pb.UploadBatch | pb.UploadBatchV2) -> None:
     trailer = _trailer(batch.uncompressed_bytes, batch.checksum)
     covered = batch.uncompressed_bytes
     if len(batch.checksum) != 32 or not raw.endswith(trailer) or (
@@ -232,3 +305,20 @@ def _decode_item(
         return event_from_wire(wire, names, batch_version=batch_version)
     except WireError as error:
         return RejectedEvent(index, wire.event_id, error)
+
+
+def _decoded_v2(batch: pb.UploadBatchV2, decoded: DecodedV2) -> DecodedBatch:
+    items: list[ChangeEvent | RejectedEvent] = []
+    for index, event in enumerate(decoded.events):
+        try:
+            check_schema_version(event.schema_version)
+        except WireError as error:
+            items.append(RejectedEvent(index, event.event_id.bytes, error))
+            continue
+        items.append(event)
+    return DecodedBatch(
+        protocol_version=batch.protocol_version, node_id=batch.node_id,
+        batch_id=uuid_from_wire(batch.batch_id, "batch_id"),
+        created_at=moment_from_micros(batch.created_at_micros),
+        uncompressed_bytes=batch.uncompressed_bytes, checksum=batch.checksum,
+        items=tuple(items))

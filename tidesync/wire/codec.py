@@ -3,7 +3,8 @@ limits. Bodies are zstd frames of the `sync.proto` messages; every decoding fail
 
 This module gathers the codec's public names for its many callers (`codec.compress(...)`); the
 code lives in `protocol` (versions, errors), `columns` (values, names, record keys), `events`,
-`batches` (upload batches) and `bodies` (zstd frames).
+`batches` (upload batches), `v2_*` (column-wise upload batches of major 2) and `bodies`
+(zstd frames).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from tidesync.wire.batches import (
     DecodedBatch,
     RejectedEvent,
+    build_any_batch,
     build_batch,
     decode_batch,
     encode_batch,
@@ -42,8 +44,10 @@ from tidesync.wire.protocol import (
     PROTOCOL_VERSION_HEADER,
     SUPPORTED_MAJORS,
     SUPPORTED_PROTOCOL_VERSIONS,
+    UPLOAD_V2_VERSION,
     ChecksumMismatch,
     DecompressedTooLarge,
+    EventIdMismatch,
     MalformedPayload,
     PayloadTooLarge,
     UnsupportedProtocol,
@@ -52,6 +56,7 @@ from tidesync.wire.protocol import (
     check_protocol_version,
     error_response,
 )
+from tidesync.wire.v2_encode import BeforeValues, build_batch_v2
 
 __all__ = [
     "DEFAULT_LEVEL",
@@ -59,9 +64,12 @@ __all__ = [
     "PROTOCOL_VERSION_HEADER",
     "SUPPORTED_MAJORS",
     "SUPPORTED_PROTOCOL_VERSIONS",
+    "UPLOAD_V2_VERSION",
+    "BeforeValues",
     "ChecksumMismatch",
     "DecodedBatch",
     "DecompressedTooLarge",
+    "EventIdMismatch",
     "EventRevisions",
     "M",
     "MalformedPayload",
@@ -72,7 +80,9 @@ __all__ = [
     "WireError",
     "WireReason",
     "as_received",
+    "build_any_batch",
     "build_batch",
+    "build_batch_v2",
     "check_protocol_version",
     "columns_from_wire",
     "columns_to_wire",

@@ -21,7 +21,7 @@ from tidesync.wire.columns import (
     record_key_from_wire,
     record_key_to_wire,
 )
-from tidesync.wire.protocol import PROTOCOL_VERSION, MalformedPayload, check_protocol_version
+from tidesync.wire.protocol import PROTOCOL_VERSION, MalformedPayload, check_schema_version
 
 # ----------------------------------------------------------------------------- revisions
 
@@ -59,7 +59,7 @@ def event_to_wire(
     wire.source_topic_ref = names.ref(event.source_topic)
     wire.source_partition = event.source_partition
     wire.source_position = event.source_position
-    wire.operation = _WIRE_OPERATIONS[event.operation]
+    wire.operation = WIRE_OPERATIONS[event.operation]
     wire.captured_at_micros = epoch_micros(event.captured_at)
     wire.base_revision = _revision_bytes(event.base_revision)
     wire.result_revision = _revision_bytes(event.result_revision)
@@ -93,8 +93,8 @@ def _images_to_wire(
     event: ChangeEvent, names: NameTable, wire: pb.ChangeEvent, include_before: bool,
 ) -> None:
     revisions = EventRevisions(event.base_revision, event.result_revision)
-    key_names = _key_names_checked(event)
-    before, after = _wire_images(event, key_names)
+    key_names = key_names_checked(event)
+    before, after = wire_images(event, key_names)
     columns_to_wire(after, names, wire.after, revisions.after_references())
     if before and not include_before:
         wire.before_omitted = True
@@ -102,7 +102,7 @@ def _images_to_wire(
         columns_to_wire(before, names, wire.before, revisions.before_references())
 
 
-def _wire_images(
+def wire_images(
     event: ChangeEvent, key_names: frozenset[str],
 ) -> tuple[list[tuple[str, Value]], list[tuple[str, Value]]]:
     """(before, after) pairs to send: no key columns; an UPDATE only its changed columns."""
@@ -115,7 +115,7 @@ def _wire_images(
             [(n, v) for n, v in after.items() if n not in key_names])
 
 
-def _key_names_checked(event: ChangeEvent) -> frozenset[str]:
+def key_names_checked(event: ChangeEvent) -> frozenset[str]:
     # The receiver rebuilds images from the key, so each image must agree with the key.
     if event.operation in (Operation.INSERT, Operation.SNAPSHOT) and event.before is not None:
         raise ValueError(f"{event.operation} events carry no before image on the wire")
@@ -133,7 +133,7 @@ def event_from_wire(
 ) -> ChangeEvent:
     """The ChangeEvent a wire event describes (an UPDATE keeps only key + changed columns)."""
     schema_version = wire.schema_version or batch_version
-    check_protocol_version(schema_version)
+    check_schema_version(schema_version)
     operation = _operation_from_wire(wire.operation)
     record = record_key_from_wire(wire.record, names)
     revisions = EventRevisions(
@@ -178,14 +178,14 @@ def _images_from_wire(
     if operation in (Operation.INSERT, Operation.SNAPSHOT):
         if before or wire.before_omitted:
             raise MalformedPayload(f"{operation} carries no before image")
-        return None, _with_key(record, after)
+        return None, with_key(record, after)
     if operation is Operation.DELETE and after:
         raise MalformedPayload("DELETE carries no after image")
-    return (_with_key(record, before),
-            None if operation is Operation.DELETE else _with_key(record, after))
+    return (with_key(record, before),
+            None if operation is Operation.DELETE else with_key(record, after))
 
 
-def _with_key(record: RecordKey, image: list[tuple[str, Value]]) -> Row:
+def with_key(record: RecordKey, image: list[tuple[str, Value]]) -> Row:
     """An image with the key columns it left out, handed over frozen (see `frozen_row`:
     nothing else holds the dict)."""
     row = dict(record.primary_key)
@@ -196,17 +196,17 @@ def _with_key(record: RecordKey, image: list[tuple[str, Value]]) -> Row:
     return MappingProxyType(row)
 
 
-_WIRE_OPERATIONS: dict[Operation, pb.Operation] = {
+WIRE_OPERATIONS: dict[Operation, pb.Operation] = {
     Operation.INSERT: pb.INSERT, Operation.UPDATE: pb.UPDATE, Operation.DELETE: pb.DELETE,
     Operation.SNAPSHOT: pb.SNAPSHOT,
 }
-_OPERATIONS = {wire: operation for operation, wire in _WIRE_OPERATIONS.items()}
+OPERATIONS = {wire: operation for operation, wire in WIRE_OPERATIONS.items()}
 
 
 def _operation_from_wire(operation: pb.Operation) -> Operation:
-    if operation not in _OPERATIONS:
+    if operation not in OPERATIONS:
         raise MalformedPayload("unknown operation")
-    return _OPERATIONS[operation]
+    return OPERATIONS[operation]
 
 
 def uuid_from_wire(raw: bytes, what: str) -> uuid.UUID:

@@ -14,8 +14,13 @@ from tidesync.wire import sync_pb2 as pb
 PROTOCOL_VERSION = "1.0"
 """The /sync/v1 protocol version this code speaks, "major.minor"."""
 
-SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+UPLOAD_V2_VERSION = "2.0"
+"""The version of column-wise upload batches (UploadBatchV2). Major 2 is major 1 plus those
+batches: every other message is the same, and ships keep sending them as "1.0"."""
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION, UPLOAD_V2_VERSION)
 """Newest version of each major this code accepts (any minor of these majors is accepted)."""
+SCHEMA_MAJORS = frozenset({1})
+"""Majors of a ChangeEvent's schema_version this code reads."""
 SUPPORTED_MAJORS = frozenset(int(version.split(".")[0]) for version in SUPPORTED_PROTOCOL_VERSIONS)
 PROTOCOL_VERSION_HEADER = "Tidesync-Protocol-Version"
 """Carries protocol_version on GET requests, which have no body."""
@@ -38,6 +43,7 @@ class WireReason(enum.StrEnum):
     TOO_MANY_EVENTS = "TOO_MANY_EVENTS"
     TOO_MANY_COLUMNS = "TOO_MANY_COLUMNS"
     NUL_IN_STRING = "NUL_IN_STRING"
+    EVENT_ID_MISMATCH = "EVENT_ID_MISMATCH"
 
 
 class WireError(TidesyncError):
@@ -85,6 +91,13 @@ class ShapeTooLarge(WireError):
     code = ErrorCode.LIMIT_EXCEEDED
 
 
+class EventIdMismatch(WireError):
+    """A v2 batch whose event ids, derived from their source coordinates, are not the ids its
+    sender recorded (their digest differs)."""
+
+    reason = WireReason.EVENT_ID_MISMATCH
+
+
 class NulInString(WireError):
     """A text field holding a NUL character (no database text column can store it)."""
 
@@ -115,4 +128,18 @@ def check_protocol_version(version: str) -> tuple[int, int]:
     major, minor = int(match.group(1)), int(match.group(2))
     if major not in SUPPORTED_MAJORS:
         raise UnsupportedProtocol(f"protocol major {major} is not supported")
+    return major, minor
+
+
+@functools.lru_cache(maxsize=64)
+def check_schema_version(version: str) -> tuple[int, int]:
+    """Parse an event's schema_version "major.minor" and refuse a major this code cannot read."""
+    match = _VERSION_PATTERN.fullmatch(version)
+    if match is None:
+        raise UnsupportedProtocol(
+            "schema version must be major.minor", WireReason.MALFORMED_PROTOCOL_VERSION
+        )
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major not in SCHEMA_MAJORS:
+        raise UnsupportedProtocol(f"schema major {major} is not supported")
     return major, minor

@@ -1,0 +1,71 @@
+"""`python -m benchmarks wire` runs end to end, on its built-in workloads and on Debezium
+records an operator supplies (--input, --columns), and ends with its ratio line.
+
+Only the shape of the output is checked: sizes depend on the workload, so no thresholds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.debezium_records import fixtures_dir
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+RATIO_LINE = re.compile(r"^wire ratio=(\d+\.\d+)$")
+
+
+def run_wire(*args: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "wire", *args],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()
+
+
+def ratio_of(lines: list[str]) -> float:
+    ratio = RATIO_LINE.fullmatch(lines[-1])
+    assert ratio is not None, lines[-1]
+    return float(ratio.group(1))
+
+
+def test_wire_benchmark_compares_both_workloads_with_debezium_json() -> None:
+    lines = run_wire("--quick")
+    assert lines[0] == "benchmark: wire"
+    for workload in ("wide rows", "narrow ship rows"):
+        for label in ("Debezium JSON payload-only, zstd-3", "Debezium JSON with schemas, zstd-3",
+                      "UploadBatchV2 zstd-3 (as the ship sends)"):
+            assert any(line.startswith(f"[{workload}] {label}") for line in lines), label
+    assert ratio_of(lines) > 0
+
+
+def test_wire_benchmark_measures_records_an_operator_supplies(tmp_path: Path) -> None:
+    fixtures = fixtures_dir()
+
+    def document(name: str) -> object:
+        return json.loads((fixtures / name).read_text())
+
+    created = document("mysql_create_value_with_schema__docs_modern.json")
+    assert isinstance(created, dict)
+    records = [
+        {"topic": "dbserver1.inventory.customers", "partition": 0, "offset": 7,
+         "key": {"id": created["payload"]["after"]["id"]}, "value": created},
+        {"topic": "mysql-server-1.inventory.customers", "partition": 0, "offset": 8,
+         "key": {"id": 1004}, "value": document("mysql_update_payload__docs_modern.json")},
+        {"topic": "mysql-server-1.inventory.customers", "partition": 0, "offset": 9,
+         "key": {"id": 1004}, "value": None},
+    ]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    columns = tmp_path / "columns.json"
+    columns.write_text(json.dumps({"inventory.customers": {
+        "id": "int", "first_name": "varchar(255)", "last_name": "varchar(255)",
+        "email": "varchar(255)"}}))
+    lines = run_wire("--input", str(path), "--columns", str(columns))
+    assert any(line.startswith("[records.jsonl] records / events") and "3 / 2" in line
+               for line in lines), lines
+    assert ratio_of(lines) > 0
