@@ -20,15 +20,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidesync.apps.settings import RulesSettings
 from tidesync.capture.settings import CaptureConfig
 from tidesync.domain.change_event import table_rule
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.table_names import bad_table_names, table_set
 from tidesync.graphql.settings import ConsoleSettings
-from tidesync.ingress.settings import ShoreTlsSettings
+from tidesync.ingress.settings import ShoreHttpSettings, ShoreTlsSettings
 from tidesync.projections.settings import ProjectionsConfig
-from tidesync.ship.settings import ShipTlsSettings
+from tidesync.ship.settings import ShipLinkSettings, ShipRulesSettings, ShipTlsSettings
 from tidesync.shore.settings import ApplyConfig, ConflictsConfig
+from tidesync.target.settings import TargetConfig as TargetConfig
 
 FIXED_CONSUMER_SETTINGS = frozenset({
     "bootstrap.servers", "group.id", "enable.auto.commit", "enable.auto.offset.store",
@@ -88,7 +90,7 @@ _MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ShoreConfig(ShoreTlsSettings):
+class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings):
     """The shore server: where it listens, its request limits and its TLS."""
 
     listen_host: str = "127.0.0.1"
@@ -125,7 +127,7 @@ class ShoreConfig(ShoreTlsSettings):
     trusted_proxies: tuple[str, ...] = ()
 
     def validate(self) -> list[str]:
-        problems = self.tls_problems()
+        problems = self.tls_problems() + self.http_problems()
         if not 0 <= self.listen_port <= 65535:
             problems.append("shore.listen_port: must be 0..65535 (0 picks a free port)")
         for name in ("max_compressed_bytes", "max_decompressed_bytes", "max_events_per_batch",
@@ -154,7 +156,7 @@ class ShoreConfig(ShoreTlsSettings):
 
 
 @dataclass(frozen=True)
-class ShipConfig(ShipTlsSettings):
+class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
     """The ship client: its node identity, state file, queue, batching and link settings."""
 
     node_id: str = ""
@@ -200,7 +202,7 @@ class ShipConfig(ShipTlsSettings):
     commands_page_size: int = 200
 
     def validate(self) -> list[str]:
-        problems = self.tls_problems()
+        problems = self.tls_problems() + self.link_problems()
         if not self.shore_node_id:
             problems.append("ship.shore_node_id: must not be empty")
         if not 1 <= self.commands_page_size <= 1000:
@@ -245,44 +247,6 @@ class ShipConfig(ShipTlsSettings):
     @property
     def group_id(self) -> str:
         return self.consumer_group or f"tidesync-ship-{self.node_id}"
-
-
-@dataclass(frozen=True)
-class TargetConfig:
-    """The business database the shore applies changes to, and this node's id on its rows."""
-
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "tidesync"
-    password: str = field(default="", metadata={"secret": True})
-    database: str = ""
-    node_id: str = "shore"
-    # The embedded default's business database: when set, the target is this SQLite file
-    # (every source database maps to its main database) and the MySQL settings are unused.
-    sqlite_path: str = ""
-    # Every MySQL connection: how long to wait to connect, for an answer and to send, and
-    # how long a statement waits for a row or metadata lock. A read timeout longer than the
-    # lock wait keeps a statement waiting for a lock from being taken for a dead link; a
-    # COMMIT without an answer within it is "outcome unknown", resolved from the ledger.
-    connect_timeout_seconds: int = 10
-    read_timeout_seconds: int = 60
-    write_timeout_seconds: int = 60
-    lock_wait_timeout_seconds: int = 20
-
-    def validate(self) -> list[str]:
-        problems = []
-        if not 1 <= self.port <= 65535:
-            problems.append("target.port: must be 1..65535")
-        if not self.node_id:
-            problems.append("target.node_id: must not be empty")
-        for name in ("connect_timeout_seconds", "read_timeout_seconds", "write_timeout_seconds",
-                     "lock_wait_timeout_seconds"):
-            if getattr(self, name) < 1:
-                problems.append(f"target.{name}: must be >= 1")
-        if self.read_timeout_seconds <= self.lock_wait_timeout_seconds:
-            problems.append("target.read_timeout_seconds: must be longer than"
-                            " lock_wait_timeout_seconds")
-        return problems
 
 
 class ShipTargetKind(enum.StrEnum):
@@ -377,13 +341,14 @@ class Config:
     ship_target: ShipTargetConfig = field(default_factory=ShipTargetConfig)
     projections: ProjectionsConfig = field(default_factory=ProjectionsConfig)
     apply: ApplyConfig = field(default_factory=ApplyConfig)
+    rules: RulesSettings = field(default_factory=RulesSettings)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
                 + self.capture.validate() + self.conflicts.validate()
                 + self.downlink.validate() + self.ship_target.validate()
-                + self.projections.validate() + self.apply.validate())
+                + self.projections.validate() + self.apply.validate() + self.rules.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""

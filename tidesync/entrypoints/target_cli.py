@@ -7,19 +7,29 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import secrets
 import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any
 
 from tidesync.config import TargetConfig, load_config
-from tidesync.target import mysql_schema, sqlite_schema, table_state
+from tidesync.domain.content_revision import RevisionKeyError, read_revision_key
+from tidesync.target import (
+    backfill,
+    mysql_schema,
+    one_way_mysql,
+    one_way_sqlite,
+    sqlite_schema,
+    table_state,
+)
 
 if TYPE_CHECKING:
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def register_commands(commands: Commands) -> None:
-    """Add `tidesync target enable|status`."""
+    """Add `tidesync target enable|status|revision-key`."""
     target = commands.add_parser(
         "target", help="prepare business tables for two-way sync (metadata, ledger, triggers)",
     )
@@ -32,9 +42,34 @@ def register_commands(commands: Commands) -> None:
     _add_table_arguments(enable)
     enable.add_argument("--node-id", help="origin stamped on local writes (default: [target]"
                                           " node_id)")
+    enable.add_argument("--allow-visible-metadata", action="store_true",
+                        help="enable on a server that cannot hide the metadata columns"
+                             " (MariaDB before 10.3.3, MySQL before 8.0.23): they stay visible"
+                             " to SELECT * and INSERT must name its columns")
+    enable.add_argument("--direction", choices=("BIDIRECTIONAL", "UPLINK", "DOWNLINK"),
+                        default="BIDIRECTIONAL",
+                        help="UPLINK: a table a one-way rule writes on the shore; DOWNLINK: a"
+                             " ship's table a DOWNLINK-only rule writes; for both only the"
+                             " ledger and the key-position table are created (no metadata"
+                             " columns, no triggers)")
+    revisions = enable.add_mutually_exclusive_group()
+    revisions.add_argument("--revision-key-file", metavar="FILE",
+                           help="the fleet revision key: rows the table already holds get"
+                                " revisions derived from their content under it, the same on"
+                                " ships and shore (default: [target] revision_key_file)")
+    revisions.add_argument("--random-revisions", action="store_true",
+                           help="give rows the table already holds random revisions instead"
+                                " (only for a table that exists on one side)")
+    enable.add_argument("--chunk-rows", type=int, default=backfill.DEFAULT_CHUNK_ROWS,
+                        metavar="N", help="rows stamped per transaction (default %(default)s)")
     enable.set_defaults(handler=_run_enable)
+    key = target_commands.add_parser(
+        "revision-key", help="write a new fleet revision key file (copy it to every node)")
+    key.add_argument("file", metavar="FILE", help="the file to create (refused if it exists)")
+    key.set_defaults(handler=_run_revision_key)
     status = target_commands.add_parser(
-        "status", help="show whether a table's columns, triggers and ledger are in place",
+        "status", help="show whether a table's columns, triggers and ledger are in place,"
+                  " and its business triggers",
     )
     _add_table_arguments(status)
     status.set_defaults(handler=_run_status)
@@ -64,23 +99,74 @@ def _run_enable(args: argparse.Namespace) -> int:
     sqlite_path = args.sqlite or target.sqlite_path
     database, table = _split_name(args.table, bool(sqlite_path))
     try:
-        if sqlite_path:
+        if args.direction in ("UPLINK", "DOWNLINK"):
+            report = _enable_one_way(target, sqlite_path, database, table, args.direction)
+        elif sqlite_path:
+            options = _backfill_options(args, target)
             with _sqlite(sqlite_path) as connection:
-                report = sqlite_schema.enable_sqlite_table(connection, table, node_id)
+                report = sqlite_schema.enable_sqlite_table(connection, table, node_id,
+                                                           backfill=options)
         else:
+            options = _backfill_options(args, target)
             connection = _mysql(target)
             try:
-                report = mysql_schema.enable_mysql_table(connection, database, table, node_id)
+                report = mysql_schema.enable_mysql_table(
+                    connection, database, table, node_id,
+                    allow_visible_metadata=args.allow_visible_metadata, backfill=options)
             finally:
                 connection.close()
-    except table_state.SchemaError as error:
+    except (table_state.SchemaError, RevisionKeyError, backfill.RevisionKeyRequired) as error:
         print(f"tidesync: cannot enable {args.table}: {error}", file=sys.stderr)
         return 1
     print(f"{report.database}.{report.table}: "
           f"{'enabled' if report.changed else 'already enabled, nothing changed'}")
     for action in report.actions:
         print(f"  {action}")
+    for note in report.notes:
+        print(f"  note: {note}")
     return 0
+
+
+def _backfill_options(args: argparse.Namespace,
+                      target: TargetConfig) -> backfill.BackfillOptions:
+    """Where the revisions of rows the table already holds come from, and progress on stderr."""
+    if not 1 <= args.chunk_rows <= backfill.MAX_CHUNK_ROWS:
+        raise SystemExit(f"tidesync: --chunk-rows must be 1..{backfill.MAX_CHUNK_ROWS}")
+    key_file = args.revision_key_file or target.revision_key_file
+    key = read_revision_key(key_file) if key_file and not args.random_revisions else None
+    return backfill.BackfillOptions(revision_key=key, chunk_rows=args.chunk_rows,
+                                    progress=_print_progress,
+                                    random_allowed=args.random_revisions)
+
+
+def _print_progress(done: int, total: int) -> None:
+    print(f"back-fill: {done}/{total} rows ({100 * done // max(total, 1)}%)",
+          file=sys.stderr, flush=True)
+
+
+def _run_revision_key(args: argparse.Namespace) -> int:
+    try:
+        descriptor = os.open(args.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as error:
+        print(f"tidesync: cannot create {args.file}: {error.strerror}", file=sys.stderr)
+        return 1
+    with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+    print(f"wrote a new fleet revision key to {os.path.abspath(args.file)}: copy it to the"
+          " shore and every ship ([target] revision_key_file) before enabling tables")
+    return 0
+
+
+def _enable_one_way(target: TargetConfig, sqlite_path: str, database: str,
+                    table: str, direction: str) -> table_state.EnableReport:
+    if sqlite_path:
+        with _sqlite(sqlite_path) as connection:
+            return one_way_sqlite.enable_one_way_sqlite(connection, table, direction)
+    connection = _mysql(target)
+    try:
+        return one_way_mysql.enable_one_way_mysql(connection, database, table, direction)
+    finally:
+        connection.close()
 
 
 def _run_status(args: argparse.Namespace) -> int:
