@@ -1,5 +1,7 @@
 """Applying UPDATE events: the whole apply processor (claim, compare-and-set, ledger, ApplyJob
-streams, inbox finalize) and the target applier alone, versus raw compare-and-set updates.
+streams, inbox finalize) and the target applier alone, versus raw compare-and-set updates; and
+inserts into tables related by a foreign key applied in commit order from one topic, versus
+the same inserts from a topic per table applied in parallel (see `_apply_grouped`).
 
 Starts a private MariaDB and a fresh PostgreSQL database; every path updates the same number of
 rows, 500 per transaction. The ratio is the processor's; it runs with the garbage collector
@@ -15,7 +17,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from benchmarks import baselines
+from benchmarks import _apply_grouped, baselines
 from benchmarks.harness import Report, timed
 from tidesync.domain.change_event import (
     ChangeEvent,
@@ -49,17 +51,24 @@ def run(report: Report, quick: bool = False) -> None:
     with MariaDBInstance(server_id=302, buffer_pool="256M") as mariadb:
         report.add("mariadb start", mariadb.startup_seconds, "s")
         database = mariadb.create_database("apply_bench")
-        raw = ours = processor = 0.0
+        raw = ours = processor = per_table = grouped = 0.0
         # Alternate the paths so drift on a shared machine hits all alike.
         for _ in range(repeats):
             raw = max(raw, _raw(mariadb, database, n))
             ours = max(ours, _ours(mariadb, database, n))
             processor = max(processor, _processor(mariadb, database, n))
+            per_table = max(per_table, _apply_grouped.per_table(mariadb, database, n))
+            grouped = max(grouped, _apply_grouped.grouped(mariadb, database, n))
     report.add(f"raw CAS UPDATE ({n:,} rows, {BATCH}/txn)", raw, "rows/s")
     report.add(f"MySQLTargetApplier UPDATE events ({n:,}, chunks of {BATCH})", ours, "events/s")
     report.add(f"apply processor, inbox to finalized ({n:,}, {BATCH} per target txn)", processor,
                "events/s")
     report.add("applier alone ÷ raw", ours / raw, "")
+    report.add(f"per-table topics, {_apply_grouped.WORKERS} workers ({n:,} inserts, 2 tables)",
+               per_table, "events/s")
+    report.add(f"one topic in commit order, FK child → parent ({n:,} inserts, txns of 2)",
+               grouped, "events/s")
+    report.add("grouped (FK-safe, commit order) ÷ per-table parallel", grouped / per_table, "")
     report.set_ratio(processor / raw, (
         "apply processor events/s (claim, CAS + ledger + triggers, ApplyJob events, inbox"
         " finalize; 500 per target transaction) ÷ raw compare-and-set UPDATE rows/s (500 per"

@@ -5,6 +5,10 @@ Records are Debezium 3.x MySQL envelopes with schemas (the connector's default J
 of one bidirectional table: 70% inserts, 25% updates, 5% deletes with their tombstones.
 The RSS is measured in a child process (VmHWM) while 1,000,000 records (--quick: 100,000) wait
 in the broker; the design goal is at most 128 MiB.
+
+It prints events/s, the client's CPU seconds per 1,000 events (process time, the queue
+library's threads included), the share of one core it would need to keep a 128 KiB/s link
+busy at the measured compressed bytes per event, and the ratio against a raw consume.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
@@ -35,6 +41,7 @@ from tidesync.capture.envelope_writer import (
 from tidesync.config import ShipConfig
 from tidesync.localservices import TansuBroker
 
+LINK_BYTES_PER_SECOND = 128 * 1024
 FULL = {"throughput_records": 100_000, "backlog_records": 1_000_000, "rss_seconds": 120.0}
 QUICK = {"throughput_records": 20_000, "backlog_records": 100_000, "rss_seconds": 20.0}
 RSS_GOAL_MIB = 128
@@ -136,20 +143,34 @@ def ship_config(bootstrap: str, prefix: str, state_dir: str) -> ShipConfig:
                       bidirectional_tables=(f"{DATABASE}.orders",), heartbeat_interval_seconds=3600)
 
 
-def run_client(config: ShipConfig, timeout: float | None) -> tuple[int, int, float]:
-    """(terminal events, uploaded events, seconds) of a client with a null shore."""
+@dataclass(frozen=True)
+class ClientRun:
+    """What one client run with a null shore did, and what it cost."""
+
+    terminal: int
+    uploaded: int
+    seconds: float
+    cpu_seconds: float
+    wire_bytes: int
+
+
+def run_client(config: ShipConfig, timeout: float | None) -> ClientRun:
+    """Run a client with a null shore until it is idle (or `timeout`)."""
     from tidesync.bootstrap.ship import build_client
     from tidesync.ship.transport import NullShoreLink
 
     link = NullShoreLink()
     client = build_client(config, link)
     try:
+        cpu_start = time.process_time()
         with timed() as timing:
             client.run(until_idle=True, timeout=timeout)
+        cpu = time.process_time() - cpu_start
         terminal = client.state.state_counts().get("TERMINAL", 0)
     finally:
         client.close()
-    return terminal, link.uploaded, timing.seconds
+    return ClientRun(terminal, link.uploaded, timing.seconds, cpu,
+                     link.counters.physical_bytes)
 
 
 def _vm(field: str) -> int:
@@ -164,9 +185,10 @@ def child(bootstrap: str, prefix: str, state_dir: str, seconds: float) -> None:
     import tidesync.ship.client  # noqa: F401 - load everything before the first sample
 
     started_kb = _vm("VmRSS")
-    terminal, uploaded, elapsed = run_client(ship_config(bootstrap, prefix, state_dir), seconds)
-    print(json.dumps({"start_kb": started_kb, "peak_kb": _vm("VmHWM"), "terminal": terminal,
-                      "uploaded": uploaded, "seconds": elapsed}))
+    ran = run_client(ship_config(bootstrap, prefix, state_dir), seconds)
+    print(json.dumps({"start_kb": started_kb, "peak_kb": _vm("VmHWM"), "terminal": ran.terminal,
+                      "uploaded": ran.uploaded, "seconds": ran.seconds,
+                      "cpu_seconds": ran.cpu_seconds}))
 
 
 def _rss_in_child(bootstrap: str, prefix: str, seconds: float) -> dict[str, float]:
@@ -195,18 +217,26 @@ def run(report: Report, quick: bool = False) -> None:
                     throughput.records(int(size["throughput_records"])))
         raw = baselines.kafka_consume(bootstrap, throughput.topic, n)
         with tempfile.TemporaryDirectory(prefix="tidesync-bench-ship-") as state_dir:
-            terminal, uploaded, seconds = run_client(
-                ship_config(bootstrap, "sync.cdc.tput", state_dir), timeout=600)
-        if terminal != uploaded:
-            raise baselines.BaselineFailed(f"{uploaded} events uploaded, {terminal} terminal")
-        client = n / seconds
+            ran = run_client(ship_config(bootstrap, "sync.cdc.tput", state_dir), timeout=600)
+        if ran.terminal != ran.uploaded:
+            raise baselines.BaselineFailed(
+                f"{ran.uploaded} events uploaded, {ran.terminal} terminal")
+        client = n / ran.seconds
+        cpu_per_event = ran.cpu_seconds / ran.terminal
+        bytes_per_event = ran.wire_bytes / ran.terminal
+        link_events = LINK_BYTES_PER_SECOND / bytes_per_event
         report.add(f"records (Debezium JSON with schema, {len(throughput.values['u'])} B/update)",
                    n)
-        report.add("events among them (the rest are tombstones)", terminal)
+        report.add("events among them (the rest are tombstones)", ran.terminal)
         report.add("raw consume (confluent-kafka, assigned)", raw, "records/s")
         report.add("ship client: consume → normalize → SQLite → batch → null shore", client,
                    "records/s")
-        report.add("ship client", terminal / seconds, "events/s")
+        report.add("ship client", ran.terminal / ran.seconds, "events/s")
+        report.add("ship CPU per 1,000 events (process time, all threads)",
+                   1000 * cpu_per_event, "s")
+        report.add("compressed upload bytes per event", bytes_per_event, "B")
+        report.add("events/s that fill a 128 KiB/s link", link_events, "events/s")
+        report.add("share of one core at that rate", 100 * cpu_per_event * link_events, "%")
 
         backlog = _Templates("sync.cdc.backlog")
         broker.create_topic(backlog.topic, partitions=4)
@@ -221,6 +251,9 @@ def run(report: Report, quick: bool = False) -> None:
                measured["peak_kb"] / 1024, "MiB")
     report.add("events the measured client made terminal", int(measured["terminal"]))
     report.add("…in seconds", measured["seconds"], "s")
+    if measured["terminal"]:
+        report.add("…CPU per 1,000 events over the backlog",
+                   1000 * measured["cpu_seconds"] / measured["terminal"], "s")
     report.set_ratio(client / raw, (
         "ship client records/s (normalize → SQLite state → batch → null shore, commits"
         " included) ÷ raw confluent-kafka consume records/s of the same records"

@@ -14,7 +14,7 @@ import pymysql
 import pytest
 
 from tidesync.domain.column_kinds import ColumnKind, column_type
-from tidesync.target.cas import DuplicatePrimaryKey, StatementRejected
+from tidesync.target.cas import DuplicatePrimaryKey, ForeignKeyViolation, StatementRejected
 from tidesync.target.contract import (
     CommitOutcomeUnknown,
     RejectReason,
@@ -154,3 +154,15 @@ def test_trigger_names_fit_in_64_characters():
     names = trigger_names("t" * 64)
     assert all(len(name) <= 64 for name in names) and names[0] != names[1]
     assert trigger_names("parts") == ("tidesync_parts_bi", "tidesync_parts_bu")
+
+
+@pytest.mark.parametrize("number", [1451, 1452, 1216, 1217])
+def test_foreign_key_errors_are_told_apart_from_other_constraints(number):
+    mapped = map_mysql_error(err.IntegrityError(number, "a foreign key constraint fails"),
+                             in_statement=True)
+    assert isinstance(mapped, ForeignKeyViolation)
+    assert mapped.reason is RejectReason.CONSTRAINT_VIOLATION  # as before, once given up
+    check = map_mysql_error(err.OperationalError(3819, "Check constraint is violated"))
+    assert isinstance(check, StatementRejected) and not isinstance(check, ForeignKeyViolation)
+    sqlite_fk = map_sqlite_error(_sqlite_error(sqlite3.IntegrityError, 787))
+    assert isinstance(sqlite_fk, ForeignKeyViolation)

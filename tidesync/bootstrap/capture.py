@@ -68,7 +68,7 @@ def run_capture(config: Config, *, until_caught_up: bool = False,
             interval_seconds=capture.flush_interval_ms / 1000,
             tombstones=capture.tombstones_on_delete, clock=clock,
         )
-        writer = DebeziumEnvelopeWriter(prefix)
+        writer = DebeziumEnvelopeWriter(prefix, routing=capture.topic_routing)
         if capture.source is CaptureSource.MYSQL:
             binlog = MySQLBinlogCapture(binlog_settings(config), writer, checkpointer)
             return binlog.run(until_caught_up=until_caught_up, stop=stop)

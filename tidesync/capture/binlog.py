@@ -15,7 +15,12 @@ import pymysql
 
 from tidesync.capture.change_records import RowChange
 from tidesync.capture.checkpointer import CaptureStats, Checkpointer
-from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter, EnvelopeOp, SourceInfo
+from tidesync.capture.envelope_writer import (
+    DebeziumEnvelopeWriter,
+    EnvelopeOp,
+    SourceInfo,
+    TransactionInfo,
+)
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.capture.positions import CapturePosition
 from tidesync.capture.settings import CaptureStart
@@ -70,6 +75,7 @@ class BinlogSettings:
 _REQUIRED_BINLOG = {"binlog_format": "ROW", "binlog_row_image": "FULL",
                     "binlog_row_metadata": "FULL"}
 _FL_STANDALONE = 1  # MariaDB GTID event flag: a statement (DDL) with no XID after it
+_NO_FOREIGN_KEY_CHECKS = 2  # rows event flag NO_FOREIGN_KEY_CHECKS_F (foreign_key_checks = 0)
 _TRANSACTION_ENDS = frozenset({"COMMIT", "ROLLBACK"})
 _NOT_SCHEMA_CHANGES = ("SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT", "XA ")
 
@@ -99,6 +105,11 @@ class MySQLBinlogCapture:
         self._thread: int | None = None
         self._done_pos = 0
         self._progressed = False
+        self._begin = ""
+        """Where the open transaction began (file:pos): its id when it has no GTID."""
+        self._orders: dict[tuple[str, str], int] = {}
+        """Rows of the open transaction so far, per table (the transaction block's orders)."""
+        self._total_order = 0
 
     def run(self, *, until_caught_up: bool = False,
             stop: threading.Event | None = None) -> CaptureStats:
@@ -284,6 +295,7 @@ class MySQLBinlogCapture:
         self._done_pos = position.binlog_pos or 0
         self._gtid, self._thread = None, None
         self._in_transaction = self._progressed = False
+        self._transaction_begins("")
 
     # Following the stream.
 
@@ -327,8 +339,10 @@ class MySQLBinlogCapture:
             self._gtid, self._gtid_domain = event.gtid, event.domain_id
             self._standalone = bool(event.flags & _FL_STANDALONE)
             self._in_transaction, self._thread = not self._standalone, None
+            self._transaction_begins(_start_of(event, self._file))
         elif isinstance(event, GtidEvent):
             self._gtid = event.gtid
+            self._transaction_begins(_start_of(event, self._file))
         elif isinstance(event, QueryEvent):
             self._query(event)
         elif isinstance(event, RotateEvent):
@@ -338,6 +352,8 @@ class MySQLBinlogCapture:
         statement = event.query.strip().upper()
         if statement == "BEGIN":
             self._in_transaction, self._thread = True, event.slave_proxy_id
+            if self._gtid is None:  # with a GTID, the transaction began at its GTID event
+                self._transaction_begins(_start_of(event, self._file))
             return
         if statement in _TRANSACTION_ENDS:
             self._transaction_done(event)
@@ -361,7 +377,21 @@ class MySQLBinlogCapture:
             position = CapturePosition(binlog_file=self._file, binlog_pos=end)
         self._in_transaction, self._gtid, self._thread = False, None, None
         self._done_pos = end
+        self._transaction_begins("")
         self.checkpointer.transaction_done(position)
+
+    def _transaction_begins(self, begin: str) -> None:
+        self._begin, self._orders, self._total_order = begin, {}, 0
+
+    def _transaction_of(self, database: str, table: str) -> TransactionInfo | None:
+        """The next change's place in its source transaction (Debezium's transaction block:
+        the GTID, or where the transaction began in the binlog when it has none)."""
+        transaction_id = self._gtid or self._begin
+        if not transaction_id:
+            return None
+        self._total_order += 1
+        order = self._orders[(database, table)] = self._orders.get((database, table), 0) + 1
+        return TransactionInfo(transaction_id, self._total_order, order)
 
     def _rows(self, event: Any) -> None:
         from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
@@ -377,10 +407,13 @@ class MySQLBinlogCapture:
             raise CaptureError(CaptureErrorReason.UNMAPPABLE_COLUMN,
                                f"a binlog row of {database}.{table} cannot be decoded: "
                                f"{type(error).__name__}") from None
+        checks = not int(getattr(event, "flags", 0) or 0) & _NO_FOREIGN_KEY_CHECKS
         for index, row in enumerate(rows):
             source = SourceInfo(server_id=int(event.packet.server_id), file=self._file, pos=start,
                                 ts_ms=int(event.timestamp) * 1000, row=index, gtid=self._gtid,
-                                thread=self._thread)
+                                thread=self._thread,
+                                transaction=self._transaction_of(database, table),
+                                foreign_key_checks=checks)
             if isinstance(event, WriteRowsEvent):
                 change = RowChange(decoder.table, EnvelopeOp.CREATE, None,
                                    decoder.row(row["values"], row["none_sources"]), source)
@@ -420,6 +453,11 @@ class MySQLBinlogCapture:
         decoder = BinlogRowDecoder(definition_for_binlog(current, columns))
         self._decoders[(database, table, names)] = (decoder, {event.table_id})
         return decoder
+
+
+def _start_of(event: Any, file: str) -> str:
+    """`file:pos` of where a binlog event begins."""
+    return f"{file}:{int(event.packet.log_pos) - int(event.packet.event_size)}"
 
 
 def _parse_gtid_state(text: str) -> dict[int, str]:

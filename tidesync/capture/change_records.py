@@ -14,11 +14,12 @@ from tidesync.capture.envelope_writer import (
     SourceInfo,
     TableDefinition,
 )
-from tidesync.cdc.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
+from tidesync.cdc.debezium import FOREIGN_KEY_CHECKS_HEADER, NEW_KEY_HEADER, OLD_KEY_HEADER
 from tidesync.domain.values import Row, Value
 
 Headers = tuple[tuple[str, bytes], ...]
 _NO_HEADERS: Headers = ()
+_CHECKS_OFF: Headers = ((FOREIGN_KEY_CHECKS_HEADER, b"0"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +36,15 @@ class RowChange:
 def change_records(writer: DebeziumEnvelopeWriter, change: RowChange, processed_at: dt.datetime,
                    *, tombstones: bool) -> list[tuple[DebeziumRecord, Headers]]:
     """The records Debezium writes for a row change: a delete is followed by its tombstone, and
-    an update of the primary key is a delete of the old key and a create of the new one."""
-    return _change_records(writer, change, processed_at, tombstones)
+    an update of the primary key is a delete of the old key and a create of the new one.
+
+    A change the source made with foreign key checks off carries a header saying so on each
+    of its change records (not on tombstones), so an applier can do the same."""
+    records = _change_records(writer, change, processed_at, tombstones)
+    if change.source.foreign_key_checks:
+        return records
+    return [(record, headers + _CHECKS_OFF if record.value is not None else headers)
+            for record, headers in records]
 
 
 def _change_records(writer: DebeziumEnvelopeWriter, change: RowChange, processed_at: dt.datetime,

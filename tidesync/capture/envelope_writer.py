@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from tidesync.capture.settings import TopicRouting
+from tidesync.cdc.debezium import ROUTER_KEY_FIELD
 from tidesync.domain.values import BitString, JsonText, Row, Value, require_utc
 
 DEBEZIUM_VERSION = "3.0.7.Final"
@@ -124,6 +126,16 @@ class TableDefinition:
 
 
 @dataclass(frozen=True, slots=True)
+class TransactionInfo:
+    """The `transaction` block of a change (`provide.transaction.metadata`): the source
+    transaction's id, this change's place in it, and its place among the table's changes."""
+
+    id: str
+    total_order: int
+    data_collection_order: int
+
+
+@dataclass(frozen=True, slots=True)
 class SourceInfo:
     """The `source` block facts of one row change: binlog coordinates and database time.
 
@@ -140,6 +152,10 @@ class SourceInfo:
     thread: int | None = None
     query: str | None = None
     snapshot: SnapshotMarker = SnapshotMarker.FALSE
+    transaction: TransactionInfo | None = None
+    foreign_key_checks: bool = True
+    """False when the source ran the change with foreign_key_checks = 0 (the binlog rows
+    event's NO_FOREIGN_KEY_CHECKS flag): an applier does the same, as a replica would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +168,8 @@ class DebeziumRecord:
     topic: str
     key: dict[str, Any] | None
     value: dict[str, Any] | None
+    partition: int | None = None
+    """The partition to produce to; None: by key."""
 
     def key_bytes(self) -> bytes | None:
         return None if self.key is None else _compact_json(self.key)
@@ -165,13 +183,17 @@ class DebeziumEnvelopeWriter:
     """Builds key and value records the way Debezium's MySQL connector does with the JSON
     converter and `schemas.enable=true`, default settings (decimal.handling.mode=precise,
     time.precision.mode=adaptive_time_microseconds, bigint.unsigned.handling.mode=long,
-    binary.handling.mode=bytes, provide.transaction.metadata off, include.query off unless
-    a query is given).
+    binary.handling.mode=bytes, include.query off unless a query is given), with the
+    `transaction` block of `provide.transaction.metadata=true` when the source says which
+    transaction a change belongs to.
 
-    `topic_prefix` is the connector's `topic.prefix` (its logical server name).
+    `topic_prefix` is the connector's `topic.prefix` (its logical server name). `routing`
+    DATABASE writes every table of a database to one topic, as Debezium's
+    `ByLogicalTableRouter` does (with its key field keeping the tables' keys apart).
     """
 
     topic_prefix: str
+    routing: TopicRouting = TopicRouting.TABLE
     connector_version: str = DEBEZIUM_VERSION
     connector: str = "mysql"
     _schemas: dict[tuple[str, str], tuple[TableDefinition, dict[str, Any], dict[str, Any]]] = (
@@ -179,6 +201,17 @@ class DebeziumEnvelopeWriter:
     )
 
     def topic(self, table: TableDefinition) -> str:
+        if self.routing is TopicRouting.DATABASE:
+            return f"{self.topic_prefix}.{table.database}"
+        return f"{self.topic_prefix}.{table.database}.{table.table}"
+
+    @property
+    def partition(self) -> int | None:
+        """The partition every record goes to (DATABASE routing: 0, so one database's
+        changes keep their commit order), or None: by key, as Debezium does."""
+        return 0 if self.routing is TopicRouting.DATABASE else None
+
+    def _table_topic(self, table: TableDefinition) -> str:
         return f"{self.topic_prefix}.{table.database}.{table.table}"
 
     def change(
@@ -190,23 +223,33 @@ class DebeziumEnvelopeWriter:
         key_row = after if after is not None else before
         assert key_row is not None
         key_schema, value_schema = self._table_schemas(table)
-        key = {"schema": key_schema, "payload": _key_payload(table, key_row)}
+        key = {"schema": key_schema, "payload": self._key_payload(table, key_row)}
+        transaction = source.transaction
         payload = {
             "before": None if before is None else _row_payload(table, before),
             "after": None if after is None else _row_payload(table, after),
             "source": self._source_payload(table, source),
-            "transaction": None,
+            "transaction": None if transaction is None else {
+                "id": transaction.id, "total_order": transaction.total_order,
+                "data_collection_order": transaction.data_collection_order},
             "op": op.value,
             **_timestamps(processed_at),
         }
-        return DebeziumRecord(self.topic(table), key, {"schema": value_schema, "payload": payload})
+        return DebeziumRecord(self.topic(table), key, {"schema": value_schema, "payload": payload},
+                              self.partition)
 
     def tombstone(self, table: TableDefinition, before: Row) -> DebeziumRecord:
         """The record that follows a delete when `tombstones.on.delete=true`: key, null value."""
         key_schema, _ = self._table_schemas(table)
         return DebeziumRecord(
-            self.topic(table), {"schema": key_schema, "payload": _key_payload(table, before)}, None
-        )
+            self.topic(table), {"schema": key_schema, "payload": self._key_payload(table, before)},
+            None, self.partition)
+
+    def _key_payload(self, table: TableDefinition, row: Row) -> dict[str, Any]:
+        payload = _key_payload(table, row)
+        if self.routing is TopicRouting.DATABASE:
+            payload[ROUTER_KEY_FIELD] = self._table_topic(table)
+        return payload
 
     def _table_schemas(self, table: TableDefinition) -> tuple[dict[str, Any], dict[str, Any]]:
         # Schemas depend only on the table definition: rebuild them only when it changes.
@@ -218,12 +261,14 @@ class DebeziumEnvelopeWriter:
 
     def _key_schema(self, table: TableDefinition) -> dict[str, Any]:
         fields = [column_schema(table.column(name)) for name in table.primary_key]
+        if self.routing is TopicRouting.DATABASE:
+            fields.append({"type": "string", "optional": False, "field": ROUTER_KEY_FIELD})
         return {"type": "struct", "fields": fields, "optional": False,
-                "name": f"{self.topic(table)}.Key"}
+                "name": f"{self._table_topic(table)}.Key"}
 
     def _envelope_schema(self, table: TableDefinition) -> dict[str, Any]:
         row_fields = [column_schema(column) for column in table.columns]
-        row_name = f"{self.topic(table)}.Value"
+        row_name = f"{self._table_topic(table)}.Value"
         return {
             "type": "struct",
             "fields": [
@@ -239,7 +284,7 @@ class DebeziumEnvelopeWriter:
                 {"type": "int64", "optional": True, "field": "ts_ns"},
             ],
             "optional": False,
-            "name": f"{self.topic(table)}.Envelope",
+            "name": f"{self._table_topic(table)}.Envelope",
             "version": 2,
         }
 

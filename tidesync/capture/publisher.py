@@ -60,8 +60,15 @@ class KafkaEnvelopePublisher:
         key, value = self._converter.encode(record.key), self._converter.encode(record.value)
         while True:
             try:
-                self._producer.produce(record.topic, key=key, value=value,
-                                       headers=list(headers) or None, on_delivery=self._delivered)
+                if record.partition is None:
+                    self._producer.produce(record.topic, key=key, value=value,
+                                           headers=list(headers) or None,
+                                           on_delivery=self._delivered)
+                else:  # one topic per database: one partition keeps the commit order
+                    self._producer.produce(record.topic, key=key, value=value,
+                                           partition=record.partition,
+                                           headers=list(headers) or None,
+                                           on_delivery=self._delivered)
                 break
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain

@@ -16,6 +16,19 @@ class CaptureSource(enum.StrEnum):
     SQLITE = "sqlite"
 
 
+class TopicRouting(enum.StrEnum):
+    """Which topic a captured table's records go to.
+
+    TABLE: one topic per table, `<prefix>.<logical_name>.<database>.<table>` (Debezium's
+    default). DATABASE: one topic per database, `<prefix>.<logical_name>.<database>`, always
+    its partition 0, so the records of every table of a database keep their commit order and
+    the rows of one transaction stay together: what tables related by foreign keys need.
+    """
+
+    TABLE = "table"
+    DATABASE = "database"
+
+
 class CaptureStart(enum.StrEnum):
     """Where binlog capture starts when it has no saved position yet."""
 
@@ -30,13 +43,18 @@ _TOPIC_NAME_PART = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 class CaptureConfig:
     """Built-in capture (`tidesync ship capture`): its source, its topics and its position file.
 
-    Topics are `<topic_prefix>.<logical_name>.<database>.<table>`; the logical name defaults to
-    ship.node_id. The broker defaults to ship.kafka_bootstrap_servers.
+    Topics are `<topic_prefix>.<logical_name>.<database>.<table>`, or with
+    `topic_routing = "database"` one topic per database, `<topic_prefix>.<logical_name>.
+    <database>`; the logical name defaults to ship.node_id. The broker defaults to
+    ship.kafka_bootstrap_servers.
     """
 
     source: CaptureSource = CaptureSource.SQLITE
     logical_name: str = ""
     topic_prefix: str = "sync.cdc"
+    # "table" (one topic per table) or "database" (one per database, in commit order; for
+    # schemas with foreign keys). Changing it on a running installation starts new topics.
+    topic_routing: TopicRouting = TopicRouting.TABLE
     kafka_bootstrap_servers: str = ""
     # Topics are created when missing (tansu and Redpanda may not auto-create them).
     topic_partitions: int = 1

@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from tidesync.cdc.column_types import ColumnTypeSource
@@ -60,6 +61,13 @@ REVISION_COLUMN = "_sync_revision"
 HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"
 NEW_KEY_HEADER = "__debezium.newkey"
 OLD_KEY_HEADER = "__debezium.oldkey"
+FOREIGN_KEY_CHECKS_HEADER = "__tidesync.foreign_key_checks"
+"""Set to "0" by the built-in capture on a change the source made with foreign key checks off
+(the binlog rows event's NO_FOREIGN_KEY_CHECKS flag); the event's source details then say
+`fk_checks = false`. Debezium does not report the flag."""
+ROUTER_KEY_FIELD = "__dbz__physicalTableIdentifier"
+"""The key field Debezium's ByLogicalTableRouter adds when several tables share a topic: not a
+column of the table, so it is dropped from the record key."""
 
 
 # --- inputs ---------------------------------------------------------------------------------
@@ -145,8 +153,8 @@ class DebeziumNormalizer:
                           "record partition and offset must be >= 0")
         if not record.value:
             return Skip(SkipReason.TOMBSTONE, "null value: the tombstone after a delete")
-        text = utf8_text(record.value, "value")
-        schema, payload = self._value_schemas.load(text, "value")
+        value = record.value
+        schema, payload, _ = self._value_schemas.load_bytes(value, "value")
         if payload is None:
             return Skip(SkipReason.TOMBSTONE, "null payload: the tombstone after a delete")
         if type(payload) is not dict:
@@ -154,7 +162,7 @@ class DebeziumNormalizer:
         if "op" not in payload:
             return _not_a_row_change(record, payload, schema)
         event = self._row_change(record, schema, payload, key_columns)
-        if "\\ud" in text or "\\uD" in text:
+        if b"\\ud" in value or b"\\uD" in value:
             check_unicode(event)
         return Normalized(event)
 
@@ -196,14 +204,19 @@ class DebeziumNormalizer:
         transaction_id, transaction_order, table_order = transaction_of(payload.get("transaction"))
         details = source_details(source, snapshot, record.timestamp_ms, table_order)
         details.update(self._key_change(record, operation, schema, database, table))
+        if (FOREIGN_KEY_CHECKS_HEADER, b"0") in record.headers:
+            details["fk_checks"] = False
         return ChangeEvent(
             event_id=event_id, origin_node_id=self.settings.origin_node_id,
             source_connector_id=self.settings.source_connector_id, source_topic=record.topic,
             source_partition=record.partition, source_position=record.offset, record=key,
-            operation=operation, captured_at=captured_at_of(payload, source), before=before,
-            after=after, base_revision=base_revision, result_revision=result_revision,
+            operation=operation, captured_at=captured_at_of(payload, source),
+            # The images and details are new dicts of this record: frozen without a copy.
+            before=None if before is None else MappingProxyType(before),
+            after=None if after is None else MappingProxyType(after),
+            base_revision=base_revision, result_revision=result_revision,
             transaction_id=transaction_id, transaction_order=transaction_order,
-            replay_epoch=self.settings.replay_epoch, source_details=details,
+            replay_epoch=self.settings.replay_epoch, source_details=MappingProxyType(details),
         )
 
     def _images(self, schema: EnvelopeSchema | None, payload: dict[str, Any],
@@ -267,7 +280,7 @@ class DebeziumNormalizer:
                 image = after if after is not None else before
                 return key_from_image(database, table, image or {}, key_columns)
             raise Blocked(BlockReason.MISSING_PRIMARY_KEY, "the record has no key")
-        key_schema, payload = self._key_schemas.load(utf8_text(record.key, "key"), "key")
+        key_schema, payload, _ = self._key_schemas.load_bytes(record.key, "key")
         columns = self._decode_key(payload, key_schema, schema, database, table,
                                    "after" if after is not None else "before")
         for image_name, image in (("before", before), ("after", after)):
@@ -284,6 +297,8 @@ class DebeziumNormalizer:
             raise Blocked(BlockReason.MISSING_PRIMARY_KEY, "the key is null")
         if type(payload) is not dict:
             raise Blocked(BlockReason.MALFORMED_ENVELOPE, "the key is not a JSON object")
+        if ROUTER_KEY_FIELD in payload:
+            payload = {name: value for name, value in payload.items() if name != ROUTER_KEY_FIELD}
         if not payload:
             raise Blocked(BlockReason.MISSING_PRIMARY_KEY, "the key has no columns")
         plan, unknown_reason = self._key_plan(key_schema, schema, database, table, image)

@@ -19,7 +19,14 @@ from tidesync.cdc.debezium_values import (
     schema_codec,
 )
 from tidesync.cdc.outcomes import BadValue, Blocked, BlockReason
-from tidesync.cdc.strict_json import JSON_ERRORS, STRICT_JSON, parse_json
+from tidesync.cdc.strict_json import (
+    JSON_ERRORS,
+    NOT_FAST,
+    STRICT_JSON,
+    fast_json,
+    parse_json,
+    utf8_text,
+)
 from tidesync.domain.values import Value
 
 # Newest versions whose layout this module has been checked against (SEMANTICS.md §1, §3).
@@ -29,11 +36,13 @@ MAX_SOURCE_SCHEMA_VERSION = 1
 
 # --- rows -----------------------------------------------------------------------------------
 
+_MAX_LAYOUTS = 64
+
 
 class RowPlan:
     """Decoders for every column of one table image, built once and reused for each row."""
 
-    __slots__ = ("as_is", "decoders", "described", "refused", "unknown_reason")
+    __slots__ = ("_layouts", "as_is", "decoders", "described", "refused", "unknown_reason")
 
     def __init__(self, unknown_reason: BlockReason, described: str) -> None:
         self.as_is: dict[str, Any] = {}  # column → the Value type taken as is
@@ -41,8 +50,12 @@ class RowPlan:
         self.refused: dict[str, BadValue] = {}
         self.unknown_reason = unknown_reason
         self.described = described
+        # Column orders met (rows of one table, the key) → (column, type, decoder) per column:
+        # a row in a known order is decoded without per-column look-ups.
+        self._layouts: dict[tuple[str, ...], list[tuple[str, Any, Decoder]]] = {}
 
     def add(self, column: str, build: Callable[[], ColumnCodec]) -> None:
+        self._layouts.clear()
         try:
             fast_type, decoder = build()
         except BadValue as problem:
@@ -56,9 +69,29 @@ class RowPlan:
                ) -> dict[str, Value]:
         if type(row) is not dict:
             raise Blocked(BlockReason.MALFORMED_ENVELOPE, f"{image} is not a JSON object")
+        columns = tuple(row)
+        specs = self._layouts.get(columns)
+        if specs is not None:
+            try:
+                return {column: raw if type(raw) is fast_type else
+                        None if raw is None else decoder(raw)
+                        for (column, fast_type, decoder), raw in zip(
+                            specs, row.values(), strict=True)}
+            except BadValue:
+                pass  # The loop below names the column.
         for column, problem in self.refused.items():
             if column in row:
                 raise Blocked(problem.reason, f"{image} column {column!r}: {problem.detail}")
+        decoded = self._decode(row, image, unknown_reason)
+        if not self.refused:
+            if len(self._layouts) >= _MAX_LAYOUTS:
+                self._layouts.clear()
+            self._layouts[columns] = [(column, self.as_is.get(column), self.decoders[column])
+                                      for column in columns]
+        return decoded
+
+    def _decode(self, row: dict[str, Any], image: str, unknown_reason: BlockReason | None
+                ) -> dict[str, Value]:
         as_is, decoders = self.as_is, self.decoders
         decoded: dict[str, Value] = {}
         column = ""
@@ -200,15 +233,53 @@ def _check_version(version: Any, newest: int, what: str) -> None:
 _Entry = TypeVar("_Entry")
 _SCHEMA_PREFIX = '{"schema":'
 _PAYLOAD_SEPARATOR = ',"payload":'
+_SCHEMA_PREFIX_BYTES = _SCHEMA_PREFIX.encode()
+_PAYLOAD_SEPARATOR_BYTES = _PAYLOAD_SEPARATOR.encode()
+_JSON_SPACE = b" \t\n\r"
+_MISSING: Any = object()
 
 
 class SchemaCache(Generic[_Entry]):
-    """Schema entries keyed by the schema's exact JSON text, as the JSON converter writes it."""
+    """Schema entries keyed by the schema's exact JSON text, as the JSON converter writes it.
+
+    The key is the schema's bytes as they stand in the record (its fingerprint: equal bytes,
+    equal schema), so a record with schemas costs one dictionary look-up more than a
+    payload-only one; the schema text is parsed only the first time it is met.
+    """
 
     def __init__(self, build: Callable[[Any], _Entry], limit: int = 1024) -> None:
         self.build = build
         self._entries: dict[str, _Entry | None] = {}
+        self._by_bytes: dict[bytes, _Entry | None] = {}
         self._limit = limit
+
+    def load_bytes(self, data: bytes, what: str) -> tuple[_Entry | None, Any, bool]:
+        """(schema entry, payload, clean) of a JSON-converter record as read from the queue.
+
+        The same answer as `load` on the record's text, found faster where possible; `clean`
+        says the fast parser read the payload, so it holds no lone surrogate. Anything the
+        fast path cannot answer goes through `load`, and so fails exactly as it does."""
+        if data.startswith(_SCHEMA_PREFIX_BYTES):
+            cut = data.find(_PAYLOAD_SEPARATOR_BYTES, len(_SCHEMA_PREFIX_BYTES))
+            if cut > 0:
+                entry = self._by_bytes.get(data[len(_SCHEMA_PREFIX_BYTES):cut], _MISSING)
+                body = data[cut + len(_PAYLOAD_SEPARATOR_BYTES):].rstrip(_JSON_SPACE)
+                if entry is not _MISSING and body.endswith(b"}"):
+                    payload = fast_json(body[:-1])
+                    if payload is not NOT_FAST:
+                        return entry, payload, True
+        else:
+            document = fast_json(data)
+            if document is not NOT_FAST and not (
+                    type(document) is dict and "schema" in document and "payload" in document):
+                return None, document, True
+        entry, payload = self.load(utf8_text(data, what), what)
+        return entry, payload, False
+
+    def _remember_bytes(self, schema_text: str, entry: _Entry | None) -> None:
+        if len(self._by_bytes) >= self._limit:
+            self._by_bytes.clear()
+        self._by_bytes[schema_text.encode()] = entry
 
     def entry_for(self, schema_text: str) -> _Entry | None:
         """The entry of a schema text; parses it (raising a JSON error) the first time."""
@@ -231,15 +302,18 @@ class SchemaCache(Generic[_Entry]):
         """
         if text.startswith(_SCHEMA_PREFIX):
             cut = text.find(_PAYLOAD_SEPARATOR, len(_SCHEMA_PREFIX))
-            body = text[cut + len(_PAYLOAD_SEPARATOR):].rstrip() if cut > 0 else ""
+            body = text[cut + len(_PAYLOAD_SEPARATOR):].rstrip(" \t\n\r") if cut > 0 else ""
             if body.endswith("}"):
                 schema_text = text[len(_SCHEMA_PREFIX):cut]
                 try:
                     entry = self.entry_for(schema_text)
                     # Both parts parsed alone mean the whole is exactly {"schema":S,"payload":P}.
-                    return entry, STRICT_JSON.decode(body[:-1])
+                    payload = STRICT_JSON.decode(body[:-1])
                 except JSON_ERRORS:
                     pass  # Not that form after all (e.g. a nested "payload" key): parse it whole.
+                else:
+                    self._remember_bytes(schema_text, entry)
+                    return entry, payload
         document = parse_json(text, what)
         if type(document) is dict and "schema" in document and "payload" in document:
             schema = document["schema"]

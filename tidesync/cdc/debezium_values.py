@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 from tidesync.cdc.column_types import MySQLColumnType
 from tidesync.cdc.outcomes import BadValue, BlockReason
-from tidesync.cdc.strict_json import JSON_ERRORS, STRICT_JSON, json_kind
+from tidesync.cdc.strict_json import JSON_ERRORS, NOT_FAST, STRICT_JSON, fast_json, json_kind
 from tidesync.domain.values import BitString, JsonText, Value
 
 
@@ -245,10 +245,12 @@ def _zoned_timestamp(raw: Any) -> dt.datetime:
 
 def _json_text(raw: Any) -> JsonText:
     text = _as_str(raw)
-    try:
-        STRICT_JSON.decode(text)
-    except JSON_ERRORS:
-        raise BadValue(BlockReason.UNSUPPORTED_TYPE, "JSON column holds invalid JSON") from None
+    if fast_json(text) is NOT_FAST:
+        try:
+            STRICT_JSON.decode(text)
+        except JSON_ERRORS:
+            raise BadValue(BlockReason.UNSUPPORTED_TYPE,
+                           "JSON column holds invalid JSON") from None
     return JsonText(text)
 
 

@@ -212,6 +212,17 @@ class ChangeEvent:
             if image is not None and image is not (frozen := frozen_row(image)):
                 object.__setattr__(self, name, frozen)
 
+    def with_source_sequence(self, source_sequence: int | None) -> ChangeEvent:
+        """This event with its source sequence set: the same as `dataclasses.replace`, without
+        checking again what the constructor checked (the state store does this per event)."""
+        if source_sequence == self.source_sequence:
+            return self
+        copy = object.__new__(ChangeEvent)
+        for name in _EVENT_FIELDS:
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "source_sequence", source_sequence)
+        return copy
+
     @property
     def database(self) -> str:
         return self.record.database
@@ -249,6 +260,9 @@ class ChangeEvent:
             name for name, value in self.after.items()
             if name not in self.before or not _same(self.before[name], value)
         )
+
+
+_EVENT_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
 
 
 def _same(a: Value, b: Value) -> bool:

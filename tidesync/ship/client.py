@@ -29,6 +29,8 @@ from tidesync.ship.client_settings import ClientSettings, PeriodicTimer
 from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
+from tidesync.ship.resend import QueueResender
+from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
 from tidesync.ship.shore_answers import (
     ClientReason,
     encodable,
@@ -60,11 +62,14 @@ from tidesync.ship.transport import (
     LinkDown,
     LinkError,
     LinkReason,
+    LinkRecovery,
     RetrySchedule,
     ShoreLink,
+    link_is_down,
 )
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.protocol import WireReason
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +91,26 @@ class ShipClient:
 
     def __init__(self, settings: ClientSettings, consumer: QueueConsumer,
                  state: SQLiteShipState, link: ShoreLink, *, clock: Clock = utc_now,
-                 monotonic: Monotonic = time.monotonic, rng: random.Random | None = None
-                 ) -> None:
+                 monotonic: Monotonic = time.monotonic, rng: random.Random | None = None,
+                 rules: ShipRules | None = None) -> None:
         self.settings, self.consumer, self.state, self.link = settings, consumer, state, link
+        self.rules = rules
         self.clock, self.monotonic = clock, monotonic
         self.rng = rng or random.SystemRandom()
         self.backoff = Backoff()
         self.window = SendWindow()
+        self.wire_version = settings.limits.wire_version
         self.health = HealthBoard()
-        self.upload_retry = RetrySchedule(self.backoff, self.rng)
-        self.receipts_retry = RetrySchedule(self.backoff, self.rng)
-        self.heartbeat_retry = RetrySchedule(self.backoff, self.rng)
+        # The first success after an outage resets every request's schedule (not the identity
+        # probe's: that one waits for the shore, not the link).
+        self.recovery = LinkRecovery(
+            Backoff(settings.probe_initial_seconds, settings.probe_max_seconds), self.rng)
+        self.upload_retry = self.recovery.schedule(self.backoff)
+        self.receipts_retry = self.recovery.schedule(self.backoff)
+        self.heartbeat_retry = self.recovery.schedule(self.backoff)
         self.identity_probe = RetrySchedule(self.backoff, self.rng)
+        self.config_retry = self.recovery.schedule(self.backoff)
+        self.config_wanted = rules is not None
         self.topics = PeriodicTimer(settings.topic_refresh_interval)
         self.receipts = PeriodicTimer(settings.receipts_interval)
         self.heartbeats = PeriodicTimer(settings.heartbeat_interval)
@@ -121,8 +134,8 @@ class ShipClient:
         self.downlink = Downlink(
             settings, self.state, self.link, RemoteApplier(target, settings.node_id),
             set_health=self._downlink_health, link_failed=self._request_failed,
-            retry=RetrySchedule(self.backoff, self.rng), clock=self.clock,
-            monotonic=self.monotonic)
+            retry=self.recovery.schedule(self.backoff), clock=self.clock,
+            monotonic=self.monotonic, resender=QueueResender(self.state, self.consumer))
         return self.downlink
 
     def _downlink_health(self, subsystem: Subsystem, state: HealthState, reason: str,
@@ -164,6 +177,9 @@ class ShipClient:
         now = self.monotonic()
         if self.topics.due(now):
             self._refresh_topics(now)
+        if self.node_blocked is None:
+            self.recovery.probe(self.link, now)  # while the link is down
+        self._fetch_config()
         self._intake()
         self._upload()
         self._pull_receipts()
@@ -282,7 +298,8 @@ class ShipClient:
         if not self._may_upload() or not self.window.has_due(now):
             return
         limits = BatchLimits(self.batch_events, self.settings.limits.max_bytes,
-                             self.settings.limits.level, self.settings.limits.include_before)
+                             self.settings.limits.level, self.settings.limits.include_before,
+                             self.wire_version)
         events = self.window.take(now, limits)
         try:
             batch, left = build_batch(events, self.settings.node_id, self.clock(), limits)
@@ -374,12 +391,19 @@ class ShipClient:
             self._moved(progress)
             return
         self.window.release(ids)
+        if error.reason == WireReason.UNSUPPORTED_PROTOCOL and self.wire_version > 1:
+            # A shore of protocol major 1 only: the same events go again as UploadBatch.
+            self.wire_version = 1
+            self.state.mark(ids, EventState.READY)
+            log.warning("the shore does not take upload batches of major 2; sending major 1")
+            return
         if error.disposition is Disposition.BLOCK_NODE:
             self.state.mark(ids, EventState.READY)
             self._block_node(error)
             return
         self.state.mark(ids, EventState.RETRY_WAIT)
-        delay = self.upload_retry.failed(self.monotonic(), error.retry_after)
+        delay = self.upload_retry.failed(self.monotonic(), error.retry_after,
+                                         link_down=link_is_down(error))
         state = HealthState.OFFLINE if isinstance(error, LinkDown) or (
             error.status is not None and error.status >= 500) else HealthState.DEGRADED
         self._set_health(Subsystem.TRANSPORT, state, error.reason, str(error)[:200])
@@ -432,9 +456,10 @@ class ShipClient:
 
     def _pull_receipts(self) -> None:
         now = self.monotonic()
-        if (self.node_blocked is not None or not self.awaiting
-                or not self.receipts_retry.due(now)
-                or not (self.more_receipts or self.receipts.due(now))):
+        # Rejected events keep receipts coming: the shore may replay or skip them later.
+        if (self.node_blocked is not None or not self.receipts_retry.due(now)
+                or not (self.more_receipts or self.receipts.due(now))
+                or not (self.awaiting or self.state.receipts.shore_rejections())):
             return
         self.receipts.done(now)
         self.more_receipts = False
@@ -455,7 +480,8 @@ class ShipClient:
         if error.disposition is Disposition.BLOCK_NODE:
             self._block_node(error)
             return
-        delay = schedule.failed(self.monotonic(), error.retry_after)
+        delay = schedule.failed(self.monotonic(), error.retry_after,
+                                link_down=link_is_down(error))
         log.warning("%s request failed (%s); retry in %.1f s", what, error.reason, delay)
 
     # ------------------------------------------------------------------ commit
@@ -472,6 +498,37 @@ class ShipClient:
             return
         if committed:
             self._watermarks.clear()
+            if self.rules is not None and len(self.rules.generations) > 1:
+                self.rules.prune(self._current_watermarks().values())
+
+    # ------------------------------------------------------------------ sync rules
+
+    def _fetch_config(self) -> None:
+        """Ask the shore for this node's rules (at start, and when a heartbeat answer names
+        another config version); check them and switch. A failure never blocks the node: the
+        rules in force stay, and the config is asked again with backoff."""
+        rules, now = self.rules, self.monotonic()
+        if (rules is None or not self.config_wanted or self.node_blocked is not None
+                or not self.config_retry.due(now)):
+            return
+        try:
+            applied = rules.apply_config(self.link.config(), self.clock())
+        except LinkError as error:
+            delay = self.config_retry.failed(now, error.retry_after,
+                                             link_down=link_is_down(error))
+            log.warning("config request failed (%s); asking again in %.1f s", error.reason,
+                        delay)
+            return
+        except (SchemaUnavailable, MaskKeyError) as error:
+            delay = self.config_retry.failed(now)
+            log.warning("offered rules not checked (%s); asking again in %.1f s", error, delay)
+            return
+        self.config_retry.succeeded()
+        self.config_wanted = False
+        log.info("config %s applied: %d rules offered, %d failed their checks%s",
+                 applied.config_version or "(none)", applied.offered, applied.failed,
+                 "" if applied.switched is None
+                 else f", switched to generation {applied.switched.number}")
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -489,6 +546,9 @@ class ShipClient:
             self._request_failed(self.heartbeat_retry, error, "heartbeat")
             return
         self.heartbeat_retry.succeeded()
+        if (self.rules is not None and answer.HasField("config_version")
+                and answer.config_version != self.rules.config_version):
+            self.config_wanted = True
         if answer.next_interval_seconds:
             self.heartbeats.interval = float(min(max(answer.next_interval_seconds, 5), 3600))
 
@@ -503,8 +563,11 @@ class ShipClient:
         sample = self.meter.sample(self.clock(), getattr(counters, "physical_bytes", 0),
                                    getattr(counters, "active_seconds", 0.0))
         self.state.record_metrics(self.clock())
+        rules = self.rules
         return build_heartbeat(self.settings.node_id, self.clock(),
-                               self.health.entries.values(), backlog, [sample])
+                               self.health.entries.values(), backlog, [sample],
+                               "" if rules is None else rules.config_version,
+                               () if rules is None else rules.activations())
 
     def _final_heartbeat(self) -> None:
         self.heartbeat_retry.succeeded()

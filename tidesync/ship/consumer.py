@@ -16,7 +16,9 @@ from tidesync.cdc.kafka import (
     KafkaQueue,
     PartitionKey,
 )
-from tidesync.cdc.outcomes import Normalized
+from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome, Skip, SkipReason
+from tidesync.domain.rules.runtime import Filtered, Shaped
+from tidesync.ship.rules import ShipRules
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.intake import Consumed, Recorded, platform_write_id, queue_key_digest
 from tidesync.ship.state.watermarks import Watermark
@@ -51,11 +53,14 @@ class QueueConsumer:
     """
 
     def __init__(self, queue: KafkaQueue, normalizer: DebeziumNormalizer,
-                 state: SQLiteShipState, replay_epoch: int) -> None:
+                 state: SQLiteShipState, replay_epoch: int,
+                 rules: ShipRules | None = None) -> None:
         self.queue = queue
         self.normalizer = normalizer
         self.state = state
         self.replay_epoch = replay_epoch
+        self.rules = rules
+        self.filtered = 0
         self.bidirectional = normalizer.settings.bidirectional_tables
         self.partitions: dict[PartitionKey, PartitionProgress] = {}
 
@@ -101,8 +106,24 @@ class QueueConsumer:
                 outcome.event.database, outcome.event.table) in self.bidirectional:
             # Loop suppression (§12): only tables synced both ways carry the metadata.
             platform_id = platform_write_id(outcome.event)
+        if isinstance(outcome, Normalized) and self.rules is not None:
+            outcome = self._shaped(self.rules, record, outcome)
         return Consumed(record.topic, record.partition, record.offset, outcome, size,
                         queue_key_digest(record.key), platform_id)
+
+    def _shaped(self, rules: ShipRules, record: KafkaRecord, normalized: Normalized
+                ) -> Outcome:
+        """The event as the rules in force at this record's offset make it (§8.3): shaped,
+        filtered out (passed like a skipped record: no row, no source sequence) or blocked
+        when its rule cannot be applied to it. The loop check above saw it as captured."""
+        key = PartitionKey(record.topic, record.partition)
+        outcome = rules.shape(key, record.offset, normalized.event)
+        if isinstance(outcome, Shaped):
+            return Normalized(outcome.event)
+        if isinstance(outcome, Filtered):
+            self.filtered += 1
+            return Skip(SkipReason.RULE_FILTERED, outcome.reason.value)
+        return Block(BlockReason.RULE_NOT_APPLICABLE, outcome.detail)
 
     def _is_blocked(self, record: KafkaRecord) -> bool:
         progress = self.partitions.get(PartitionKey(record.topic, record.partition))
@@ -131,6 +152,16 @@ class QueueConsumer:
             self.partitions[key].paused = True
         for key in to_resume:
             self.partitions[key].paused = False
+
+    def rewind(self, key: PartitionKey, offset: int) -> None:
+        """Read an assigned partition again from `offset` (a shore's resend request): the
+        records met again are re-read as after a restart, so their rows decide."""
+        self.queue.unassign([key])
+        self.queue.assign({key: offset})
+        progress = self.partitions.setdefault(key, PartitionProgress())
+        progress.at_end = False
+        if progress.paused:  # a new assignment fetches: keep the window's pause
+            self.queue.pause([key])
 
     def commit(self, watermarks: Iterable[Watermark]) -> dict[PartitionKey, int]:
         """Commit terminal + 1 of every partition whose checkpoint moved; returns them."""

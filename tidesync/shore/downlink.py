@@ -1,4 +1,4 @@
-"""Downlink commands (shore -> ship, §9.4, §11.6): issue, page to a ship, record its acks.
+"""Downlink commands (shore -> ship, §9.4, §10.4, §11.6): issue, page to a ship, record its acks.
 
 Each command is a DownlinkCommand stream; the `downlink_command` table indexes them in the
 same transaction (per-node contiguous sequence, payload, ack), so pages and follow-ups never
@@ -34,11 +34,11 @@ from tidesync.domain.downlink_command import (
     MAX_ACKS_PER_REQUEST,
     CommandKind,
     CommandResult,
-    DecisionPayload,
     DownlinkCommand,
     DownlinkUnavailable,
     NewCommand,
     Payload,
+    ResendPayload,
     RowChangePayload,
     TooManyAcks,
     image_from_json,
@@ -111,7 +111,7 @@ class AckedCommand:
     sequence: int
     source_id: uuid.UUID
     conflict_id: uuid.UUID | None
-    payload: RowChangePayload | DecisionPayload
+    payload: Payload
     result: str
     reason_code: str
     local_revision: Revision | None
@@ -404,6 +404,12 @@ def _acked(row: DictRow) -> AckedCommand:
 
 
 def _payload_to_wire(payload: Payload, names: NameTable, out: pb.DownlinkCommand) -> None:
+    if isinstance(payload, ResendPayload):
+        out.resend.source_topic_ref = names.ref(payload.topic)
+        out.resend.source_partition = payload.partition
+        out.resend.replay_epoch = payload.replay_epoch
+        out.resend.from_source_sequence = payload.from_sequence
+        return
     if isinstance(payload, RowChangePayload):
         change = out.row_change
         record_key_to_wire(payload.record, names, change.record)
@@ -414,6 +420,10 @@ def _payload_to_wire(payload: Payload, names: NameTable, out: pb.DownlinkCommand
         change.result_revision = _bytes(payload.result_revision)
         change.origin_node_ref = names.ref(payload.origin_node_id)
         change.origin_event_id = payload.origin_event_id.bytes
+        if payload.rule_id:
+            change.rule_id_ref = names.ref(payload.rule_id)
+            change.rule_version = payload.rule_version or 0
+        change.by_key = payload.by_key
         return
     decision = out.conflict_decision
     decision.decision_id = payload.decision_id.bytes

@@ -41,6 +41,10 @@ class ConflictsConfig:
     `default_policy`. Last writer wins compares the business time column of both versions; a
     missing or unreadable time, or two times further apart than `max_clock_skew_seconds` from
     the capture times, goes to a person instead.
+
+    `policies` and `default_policy` decide only the cases of tables' implicit rules (an
+    installation without released rules): a case of a released rule takes the policy and
+    time column of its rule version. `max_clock_skew_seconds` and `tie_break` serve both.
     """
 
     default_policy: ConflictPolicy = ConflictPolicy.MANUAL
@@ -105,12 +109,20 @@ class ApplyConfig:
     allow-list existed (every node writes every enabled table) and says so in the worker's
     log; as soon as the table has any entry, a node neither named nor covered by `"*"` writes
     nothing.
+
+    The list applies only while no sync rule is released: once one is, every event must name
+    a released rule that selects its node and covers its table, and the list is not read.
     """
 
     node_tables: Mapping[str, str] = field(default_factory=dict)
-    """Node → tables, TOML arrays of `database.table` or `database.*` (kept comma-joined)."""
+    """Node → tables, TOML arrays of `database.table` or `database.*` (kept comma-joined);
+    only without released rules (then the rules decide who writes what)."""
     gap_deadline_seconds: int = 3600
     """A source_sequence gap open this long is escalated to GAP_STALLED (jobs list, logs)."""
+    fk_wait_seconds: int = 600
+    """How long a partition whose next event breaks a foreign key waits (FK_WAITING in jobs
+    list and logs, retrying with backoff) for the other row before that event ends REJECTED
+    CONSTRAINT_VIOLATION."""
 
     @property
     def restricted(self) -> bool:
@@ -133,6 +145,8 @@ class ApplyConfig:
         problems = []
         if self.gap_deadline_seconds < 1:
             problems.append("apply.gap_deadline_seconds: must be >= 1")
+        if self.fk_wait_seconds < 0:
+            problems.append("apply.fk_wait_seconds: must be >= 0")
         for node_id, entries in self.node_tables.items():
             if not node_id.strip():
                 problems.append("apply.node_tables: a node id is empty")

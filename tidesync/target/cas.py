@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import logging
 import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Protocol, runtime_checkable
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombstone_revision
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import TidesyncError
+from tidesync.domain.replay import original_event_id
 from tidesync.domain.sync_columns import METADATA_COLUMNS
 from tidesync.domain.value_checks import event_problem
 from tidesync.domain.values import BitString, JsonText, Value
@@ -25,8 +28,13 @@ from tidesync.target.contract import (
     TargetError,
     TargetOutcome,
     TargetOutcomeKind,
+    TransientTargetError,
+    trigger_modified_outcome,
 )
 from tidesync.target.table_state import TableShape
+from tidesync.target.trigger_checks import changed_columns
+
+log = logging.getLogger(__name__)
 
 NOT_ENABLED_RECHECK = dt.timedelta(seconds=60)
 """How long a table found missing or not enabled stays refused before it is inspected again."""
@@ -44,6 +52,45 @@ class StatementRejected(TidesyncError):
         self.reason = reason
         self.detail = detail
         self.position = position  # which statement of a batch failed
+
+
+class ForeignKeyViolation(StatementRejected):
+    """A statement broke a foreign key: the parent row is missing (MySQL 1452/1216, SQLite's
+    FOREIGN KEY constraint failed) or a child row still refers to the row (1451/1217)."""
+
+    def __init__(self, detail: str, position: int = 0) -> None:
+        super().__init__(RejectReason.CONSTRAINT_VIOLATION, detail, position)
+
+
+FK_WAITING = "FK_WAITING"
+"""The reason code of a chunk waiting for a foreign key to resolve (see ForeignKeyPending)."""
+
+
+class ForeignKeyPending(TransientTargetError):
+    """An event broke a foreign key while the applier waits for foreign keys: the chunk was
+    rolled back (nothing of it committed). The parent may simply not be applied yet (another
+    partition, a later event), so the caller retries later, and gives the event up as
+    REJECTED CONSTRAINT_VIOLATION only after its own deadline."""
+
+    def __init__(self, event_id: uuid.UUID, detail: str, table: str = "") -> None:
+        super().__init__(FK_WAITING, detail)
+        self.event_id = event_id
+        self.detail = detail
+        self.table = table
+        """The target table (database.table) of the event's statement."""
+
+
+@runtime_checkable
+class WaitsForForeignKeys(Protocol):
+    """An applier that can answer a broken foreign key with ForeignKeyPending."""
+
+    def wait_for_foreign_keys(self, enabled: bool = True) -> None: ...
+
+
+def foreign_key_checks(event: ChangeEvent) -> bool:
+    """Whether the source ran the change with foreign key checks on (the default); the built-in
+    capture says `fk_checks = false` for a binlog rows event with NO_FOREIGN_KEY_CHECKS."""
+    return event.source_details.get("fk_checks") is not False
 
 
 class DuplicatePrimaryKey(TidesyncError):
@@ -213,6 +260,12 @@ class CompareAndSetApplier(abc.ABC):
         self._clock = clock
         self._shapes: dict[tuple[str, str], TableShape | tuple[TargetOutcome, dt.datetime]] = {}
         self.pipeline_depth = 1
+        self._foreign_key_wait = False
+
+    def wait_for_foreign_keys(self, enabled: bool = True) -> None:
+        """Whether an event that breaks a foreign key ends the chunk with ForeignKeyPending
+        (nothing committed; the caller retries) instead of its REJECTED outcome."""
+        self._foreign_key_wait = enabled
 
     # -- what a backend provides --------------------------------------------------------------
 
@@ -338,12 +391,19 @@ class CompareAndSetApplier(abc.ABC):
             if write.event.event_id in applied:
                 outcomes[index] = self._outcome(write, TargetOutcomeKind.ALREADY_APPLIED,
                                                 "APPLIED_IN_CHUNK")
+            elif self._replay_applied(write):
+                outcomes[index] = self._outcome(write, TargetOutcomeKind.ALREADY_APPLIED,
+                                                "REPLAY_IN_LEDGER")
             else:
                 todo.append((index, write))
         try:
             touched = self._write_many([write for _, write in todo], now)
         except StatementRejected as failure:
             index, write = todo[failure.position]
+            if isinstance(failure, ForeignKeyViolation) and self._foreign_key_wait:
+                raise ForeignKeyPending(write.event.event_id, failure.detail,
+                                        f"{write.shape.database}.{write.shape.table}"
+                                        ) from failure
             if failure.reason in (RejectReason.UNKNOWN_TABLE, RejectReason.UNKNOWN_COLUMN):
                 self._shapes.pop((write.shape.database, write.shape.table), None)
             settled[index] = rejected(write.event, failure.reason, failure.detail)
@@ -351,7 +411,7 @@ class CompareAndSetApplier(abc.ABC):
         for (index, write), hit in zip(todo, touched, strict=True):
             if hit:
                 applied[write.event.event_id] = write
-                outcomes[index] = self._outcome(write, TargetOutcomeKind.APPLIED)
+                outcomes[index] = self._applied(write)
             else:
                 outcomes[index] = self._judge(write)
 
@@ -381,6 +441,28 @@ class CompareAndSetApplier(abc.ABC):
         except DuplicatePrimaryKey:
             return False
         return True
+
+    def _applied(self, write: PlannedWrite) -> TargetOutcome:
+        """APPLIED; for a table whose business triggers may change the row as it is written,
+        the row is read back (same transaction) and the columns they changed are named."""
+        operation = write.operation
+        if (Operation.INSERT if operation is Operation.SNAPSHOT else operation
+                ) not in write.shape.trigger_rewrites:
+            return self._outcome(write, TargetOutcomeKind.APPLIED)
+        row, _ = self._read_row(write.shape, write.key)
+        changed = changed_columns(write.columns, write.values, row)
+        if not changed:
+            return self._outcome(write, TargetOutcomeKind.APPLIED)
+        log.warning("a business trigger of %s.%s changed column(s) %s as event %s was applied",
+                    write.shape.database, write.shape.table, ", ".join(changed),
+                    write.event.event_id)
+        return trigger_modified_outcome(write.event.event_id, changed)
+
+    def _replay_applied(self, write: PlannedWrite) -> bool:
+        """A replayed event whose original was applied here (see `tidesync.domain.replay`)."""
+        original = original_event_id(write.event)
+        return original is not None and bool(self._ledger_holds(write.shape.database,
+                                                                [original]))
 
     def _judge(self, write: PlannedWrite) -> TargetOutcome:
         """The statement changed nothing: the same event applied earlier, or a conflict."""

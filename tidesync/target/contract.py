@@ -17,6 +17,10 @@ from tidesync.domain.values import Value
 
 LEDGER_TABLE = "_sync_applied"
 """Event ids applied to a database, written in the same transaction as the row (§10.3 step 6)."""
+TRIGGER_MODIFIED = "TRIGGER_MODIFIED"
+"""An APPLIED event whose row a business trigger of the target table changed as it was written
+(the reason code is this marker, a colon and the columns affected)."""
+_NAMED_COLUMNS = 8
 
 
 class TargetOutcomeKind(enum.StrEnum):
@@ -54,6 +58,9 @@ class RejectReason(enum.StrEnum):
     """The database refused the statement with an error no other reason names."""
     STATEMENT_NOT_BUILT = "STATEMENT_NOT_BUILT"
     """The applier could not turn the event's values into a statement."""
+    ROW_MISSING = "ROW_MISSING"
+    """A one-way table lacks the row an UPDATE carrying only its changed columns names
+    (the table missed the row's insert: snapshot it, then replay)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,8 @@ class TargetOutcome:
     """The answer for one event. `detail` is for people and never holds column values.
 
     A CONFLICT carries the target row as evidence (`current_row` is None when the row does not
-    exist) and its revision.
+    exist) and its revision. An APPLIED event whose written columns a business trigger changed
+    names them in `trigger_modified` (see `trigger_modified_outcome`).
     """
 
     event_id: uuid.UUID
@@ -70,6 +78,17 @@ class TargetOutcome:
     detail: str = ""
     current_row: Mapping[str, Value] | None = None
     current_revision: Revision | None = None
+    trigger_modified: tuple[str, ...] = ()
+
+
+def trigger_modified_outcome(event_id: uuid.UUID, columns: Sequence[str]) -> TargetOutcome:
+    """APPLIED (the row was written), marked with the columns a business trigger changed."""
+    named = ",".join(columns[:_NAMED_COLUMNS])
+    more = f",+{len(columns) - _NAMED_COLUMNS} more" if len(columns) > _NAMED_COLUMNS else ""
+    return TargetOutcome(
+        event_id, TargetOutcomeKind.APPLIED, f"{TRIGGER_MODIFIED}:{named}{more}",
+        f"a business trigger of the target table changed column(s) {', '.join(columns)}"
+        " as the row was written", trigger_modified=tuple(columns))
 
 
 class TargetError(TidesyncError):

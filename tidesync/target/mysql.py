@@ -25,6 +25,7 @@ from tidesync.target.cas import (
     PlannedWrite,
     StatementRejected,
     delete_mark,
+    foreign_key_checks,
     key_in_table_order,
     parse_revision,
     reject_template,
@@ -96,6 +97,9 @@ class MySQLTargetApplier(CompareAndSetApplier):
         self._statements: dict[tuple[object, ...], str] = {}
         self._literal_cache: dict[object, str] = {}
         self._set_refused: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._checks_on = True
+        """The session's foreign_key_checks (on, unless a chunk turned it off for events the
+        source ran with the checks off; restored when the transaction ends)."""
 
     # -- the driver boundary ------------------------------------------------------------------
 
@@ -140,6 +144,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
+        self._checks_on = True  # a new session starts with the server's default
         # close() sends COM_QUIT and ignores socket errors; it raises only when already closed.
         if connection is not None and connection.open:
             connection.close()
@@ -240,6 +245,38 @@ class MySQLTargetApplier(CompareAndSetApplier):
         return int(self._write_many([write], self._clock())[0])
 
     def _write_many(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> list[bool]:
+        """The writes in runs of one foreign key setting: a change the source made with
+        foreign_key_checks = 0 runs with the session's checks off, as a replica runs it."""
+        touched: list[bool] = []
+        start = 0
+        while start < len(writes):
+            checks = foreign_key_checks(writes[start].event)
+            end = start + 1
+            while end < len(writes) and foreign_key_checks(writes[end].event) == checks:
+                end += 1
+            self._foreign_key_checks(checks)
+            try:
+                touched += self._write_run(writes[start:end], now)
+            except StatementRejected as failure:
+                failure.position += start
+                raise
+            start = end
+        return touched
+
+    def _foreign_key_checks(self, on: bool) -> None:
+        if on != self._checks_on:
+            self._execute(f"SET SESSION foreign_key_checks = {int(on)}")
+            self._checks_on = on
+
+    def _restore_checks(self) -> None:
+        """Checks on again once the transaction is over (the next chunk starts as usual)."""
+        if not self._checks_on and self._connection is not None:
+            try:
+                self._foreign_key_checks(True)
+            except TargetError:
+                self._drop_connection()
+
+    def _write_run(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> list[bool]:
         """Send the statements of several writes in one round trip (multi-statement text).
 
         The server runs them in order and stops at the first error, so the counts read before
@@ -430,6 +467,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
         connection = self._connection
         if connection is not None:
             self._call(connection.commit, commit=True)
+            self._restore_checks()
 
     def _rollback(self) -> None:
         connection = self._connection
@@ -439,6 +477,7 @@ class MySQLTargetApplier(CompareAndSetApplier):
             self._call(connection.rollback)
         except TargetError:
             log.debug("rollback failed; the connection was dropped, which rolls back too")
+        self._restore_checks()
 
     # -- the rest of TargetApplier ------------------------------------------------------------
 

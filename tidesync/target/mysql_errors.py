@@ -9,7 +9,7 @@ import re
 
 import pymysql
 
-from tidesync.target.cas import DuplicatePrimaryKey, StatementRejected
+from tidesync.target.cas import DuplicatePrimaryKey, ForeignKeyViolation, StatementRejected
 from tidesync.target.contract import (
     CommitOutcomeUnknown,
     RejectReason,
@@ -39,12 +39,13 @@ _REJECTED: dict[int, RejectReason] = {
     1265: RejectReason.INVALID_VALUE, 1367: RejectReason.INVALID_VALUE,
     1411: RejectReason.INVALID_VALUE, 3140: RejectReason.INVALID_VALUE,
     1048: RejectReason.CONSTRAINT_VIOLATION, 4025: RejectReason.CONSTRAINT_VIOLATION,
-    3819: RejectReason.CONSTRAINT_VIOLATION, 1451: RejectReason.CONSTRAINT_VIOLATION,
-    1452: RejectReason.CONSTRAINT_VIOLATION, 1216: RejectReason.CONSTRAINT_VIOLATION,
-    1217: RejectReason.CONSTRAINT_VIOLATION, 1364: RejectReason.MISSING_VALUE,
+    3819: RejectReason.CONSTRAINT_VIOLATION, 1364: RejectReason.MISSING_VALUE,
     3105: RejectReason.GENERATED_COLUMN, 1906: RejectReason.GENERATED_COLUMN,
     1153: RejectReason.PACKET_TOO_LARGE, 1301: RejectReason.PACKET_TOO_LARGE,
 }
+_FOREIGN_KEY = frozenset({1451, 1452, 1216, 1217})
+"""A row refers to a missing parent (1452, 1216), or a parent still has children (1451, 1217):
+the other row may only be late (see ForeignKeyViolation)."""
 _SERVER_FAULTS = frozenset({
     1015, 1016, 1017, 1018, 1030, 1036, 1037, 1038, 1180, 1181, 1194, 1195, 1197, 1874, 1878,
 })
@@ -86,6 +87,8 @@ def map_mysql_error(error: pymysql.MySQLError, *, during_commit: bool = False,
             return DuplicatePrimaryKey()
         return StatementRejected(RejectReason.DUPLICATE_UNIQUE_KEY,
                                  f"duplicate value in unique index {index}")
+    if number in _FOREIGN_KEY:
+        return ForeignKeyViolation(f"MySQL error {number} (a foreign key)")
     if number in _REJECTED:
         columns = _COLUMN_IN_MESSAGE.findall(message)
         where = f" (column {columns[-1]})" if columns else ""

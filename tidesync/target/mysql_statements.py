@@ -11,6 +11,7 @@ from typing import Any
 from tidesync.domain.change_event import Operation, Revision
 from tidesync.domain.sync_columns import (
     EVENT_ID_COLUMN,
+    METADATA_COLUMNS,
     ORIGIN_COLUMN,
     REVISION_COLUMN,
     UPDATED_AT_COLUMN,
@@ -52,6 +53,8 @@ def statement_text(write: PlannedWrite) -> str:
     shape = write.shape
     if write.operation is Operation.UPDATE:
         assignments = "".join(f"{sql_name(column)} = %s, " for column in write.columns)
+        assignments += "".join(f"{sql_name(column)} = {sql_name(column)}, "
+                               for column in kept_stamps(shape, write.columns))
         return (f"UPDATE {sql_table(shape)} SET {assignments}{_METADATA_SET}"  # noqa: S608
                 f" WHERE {key_match(shape)} AND {REVISION_COLUMN} = %s")
     if write.operation is Operation.DELETE:
@@ -65,6 +68,15 @@ def statement_text(write: PlannedWrite) -> str:
             f" VALUES ({', '.join(['%s'] * len(names))})")
 
 
+def kept_stamps(shape: TableShape, columns: Sequence[str]) -> list[str]:
+    """`ON UPDATE CURRENT_TIMESTAMP` columns an UPDATE does not write: it sets them to
+    themselves, so the server does not stamp them with its own clock. A replicated update that
+    left such a column as it was (the source stamped it within the same second, or the source
+    set it explicitly) must leave it as it is here too."""
+    written = {column.lower() for column in (*columns, *METADATA_COLUMNS)}
+    return sorted(column for column in shape.on_update if column.lower() not in written)
+
+
 def set_statement_head(shape: TableShape, columns: tuple[str, ...]) -> str:
     """The set-based compare-and-set UPDATE of a column set (see
     `MySQLTargetApplier._update_as_set`), with `%(rows)s` for the derived table's rows and
@@ -72,6 +84,8 @@ def set_statement_head(shape: TableShape, columns: tuple[str, ...]) -> str:
     width = len(columns) + len(shape.primary_key)
     assignments = "".join(f"t.{sql_name(column)} = u.c{index}, "
                           for index, column in enumerate(columns))
+    assignments += "".join(f"t.{sql_name(column)} = t.{sql_name(column)}, "
+                           for column in kept_stamps(shape, columns))
     matches = " AND ".join(f"t.{sql_name(column)} = u.c{len(columns) + index}"
                            for index, column in enumerate(shape.primary_key))
     # The events drive the join and each finds its row by primary key: a scan of the table

@@ -28,6 +28,7 @@ from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.cas import (
     CompareAndSetApplier,
     DuplicatePrimaryKey,
+    ForeignKeyViolation,
     PlannedWrite,
     StatementRejected,
     delete_mark,
@@ -56,6 +57,7 @@ _DATETIME_TEXT = "%Y-%m-%d %H:%M:%S.%f"
 # Extended and primary result codes (sqlite3.h).
 _PRIMARY_KEY = 1555
 _UNIQUE = 2067
+_FOREIGN_KEY = 787
 _BUSY, _LOCKED, _IOERR, _FULL, _CANTOPEN, _PROTOCOL, _NOMEM, _TOOBIG, _CONSTRAINT = (
     5, 6, 10, 13, 14, 15, 7, 18, 19)
 _TRANSIENT = {_BUSY: "DATABASE_BUSY", _LOCKED: "DATABASE_LOCKED", _IOERR: "IO_ERROR",
@@ -92,6 +94,8 @@ def map_sqlite_error(error: Exception, *, during_commit: bool = False,
         if code == _UNIQUE:
             return StatementRejected(RejectReason.DUPLICATE_UNIQUE_KEY,
                                      "duplicate value in a unique index")
+        if code == _FOREIGN_KEY:
+            return ForeignKeyViolation(f"SQLite error {code} (a foreign key)")
         return StatementRejected(RejectReason.CONSTRAINT_VIOLATION, f"SQLite error {code}")
     if primary == _TOOBIG:
         return StatementRejected(RejectReason.DATA_TOO_LONG, "a value is too big for SQLite")

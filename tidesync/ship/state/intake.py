@@ -12,7 +12,7 @@ import hashlib
 import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.cdc.outcomes import Block, Normalized, Outcome
@@ -84,7 +84,7 @@ class Recorded:
             self.duplicates += 1
 
     def send(self, event: ChangeEvent, source_sequence: int | None, size: int) -> None:
-        self.sendable.append(replace(event, source_sequence=source_sequence))
+        self.sendable.append(event.with_source_sequence(source_sequence))
         self.sizes[event.event_id] = size
 
 
@@ -273,18 +273,30 @@ class SQLiteIntake:
     def _known_captures(self, conn: sqlite3.Connection,
                         wanted: Iterable[bytes | None]) -> dict[bytes, bytes]:
         """capture id → event id of the rows that already hold these capture coordinates."""
-        found: dict[bytes, bytes] = {}
-        for cid in filter(None, wanted):
-            row = conn.execute("SELECT event_id FROM event_state WHERE capture_id = ?",
-                               (cid,)).fetchone()
-            if row is not None:
-                found[cid] = row[0]
-        return found
+        rows = _look_up(conn, "SELECT capture_id, event_id FROM event_state WHERE capture_id IN",
+                        wanted)
+        return {row[0]: row[1] for row in rows}
 
     def _proven_platform_writes(self, conn: sqlite3.Connection,
                                 wanted: Iterable[bytes | None]) -> frozenset[bytes]:
         """The platform write ids this ship applied (applied_command proves them ours)."""
-        return frozenset(
-            applied_id for applied_id in set(filter(None, wanted))
-            if conn.execute("SELECT 1 FROM applied_command WHERE applied_id = ?",
-                            (applied_id,)).fetchone() is not None)
+        rows = _look_up(conn, "SELECT applied_id FROM applied_command WHERE applied_id IN",
+                        wanted)
+        return frozenset(row[0] for row in rows)
+
+
+_CHUNK = 500
+"""Values per look-up statement (SQLite allows 32,766 parameters since 3.32; older 999)."""
+
+
+def _look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None]
+             ) -> list[tuple[bytes, ...]]:
+    """The rows of `select` (ending in `IN`) for the distinct non-null values wanted, one
+    statement per chunk of values instead of one per value."""
+    values = sorted(set(filter(None, wanted)))
+    rows: list[tuple[bytes, ...]] = []
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start:start + _CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows += conn.execute(f"{select} ({marks})", chunk).fetchall()
+    return rows
