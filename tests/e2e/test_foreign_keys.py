@@ -251,6 +251,8 @@ def sakila_pipeline(pg_database: Any, ship_mariadb: Any, shore_mariadb: Any, kaf
                 cursor.execute(CYCLE)
             for table in SCHEMA:
                 enable_mysql_table(conn, database, table, node)
+        with shore_conn.cursor() as cursor:
+            cursor.execute(RETURN_DATE_DEFAULT)  # the shore office's own business rule
         migrate_postgres(pg_database.dsn)
         config = make_config(pg_database)
         clock = WallClock()
@@ -295,6 +297,20 @@ def sakila_pipeline(pg_database: Any, ship_mariadb: Any, shore_mariadb: Any, kaf
             drop.close()
 
 
+RETURN_DATE_DEFAULT = (
+    "CREATE TRIGGER rental_return_default BEFORE INSERT ON rental FOR EACH ROW"
+    " SET NEW.return_date = COALESCE(NEW.return_date, NEW.rental_date + INTERVAL 7 DAY)")
+"""A business trigger on the shore only: it fills a rental's missing return date, so the rows
+it touches differ from the ship's, and each such apply must say so (TRIGGER_MODIFIED)."""
+RETURN_DATE = 4  # the column's place in a rental row
+
+
+def with_default_return(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rentals as the shore's trigger leaves them."""
+    return [(*row[:RETURN_DATE], row[1] + dt.timedelta(days=7), *row[RETURN_DATE + 1:])
+            if row[RETURN_DATE] is None else row for row in rows]
+
+
 def table_rows(conn: Any, table: str) -> list[tuple[Any, ...]]:
     with conn.cursor() as cursor:
         key = "actor_id, film_id" if table == "film_actor" else f"{table}_id"
@@ -320,7 +336,10 @@ def test_a_sakila_like_schema_loaded_while_sync_runs_arrives_whole(
         with capturing(state.capture_config, state.ship_conn):
             client = state.start_client()
             worker = state.start_worker("w-fk")
-            changes = load_like_a_dump(state.ship_conn, sakila_rows(rng))
+            rows = sakila_rows(rng)
+            # Rentals inserted without a return date: the shore's trigger fills each one.
+            filled = sum(1 for row in rows["rental"] if row[RETURN_DATE] is None) + 40
+            changes = load_like_a_dump(state.ship_conn, rows)
             changes += business_as_usual(state.ship_conn, rng)
             wait_until(lambda: applied_count(state) >= changes, 240,
                        "every change applied on the shore")
@@ -332,13 +351,20 @@ def test_a_sakila_like_schema_loaded_while_sync_runs_arrives_whole(
         for table in SCHEMA:
             ship_rows = table_rows(state.ship_conn, table)
             assert ship_rows, table
-            assert table_rows(state.shore_conn, table) == ship_rows, table
+            expected = with_default_return(ship_rows) if table == "rental" else ship_rows
+            assert table_rows(state.shore_conn, table) == expected, table
         assert applied_count(state) == changes
         with psycopg.connect(pg_database.dsn) as pg:
             results = pg.execute(
                 "SELECT state, result, count(*) FROM inbox_event WHERE origin_node_id = %s"
                 " GROUP BY 1, 2", (state.ship_config.node_id,)).fetchall()
+            reported = pg.execute(
+                "SELECT reason_code, count(*) FROM inbox_event WHERE origin_node_id = %s"
+                " AND reason_code LIKE 'TRIGGER_MODIFIED%%' GROUP BY 1",
+                (state.ship_config.node_id,)).fetchall()
         assert results == [("TERMINAL", "APPLIED", changes)]  # nothing rejected, no replay
+        # Every row the trigger changed is reported, naming the column, never silently.
+        assert reported == [("TRIGGER_MODIFIED:return_date", filled)]
         with state.shore_conn.cursor() as cursor:
             cursor.execute("SELECT @@GLOBAL.foreign_key_checks")
             assert cursor.fetchone()[0] == 1
