@@ -38,6 +38,14 @@ class CaptureStart(enum.StrEnum):
 
 _TOPIC_NAME_PART = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
+CDC_TOPIC_PREFIX = "sync.cdc"
+SHORE_LOGICAL_NAME = "shore"
+"""The shore capture's default logical name: its topics are `sync.cdc.shore.<db>.<table>`."""
+SHIP_TOPIC_PATTERN = r"^sync\.cdc\.(?!shore\.)"
+"""The ship client's default topics: every capture's under `sync.cdc.` except the shore's."""
+SHORE_TOPIC_PATTERN = r"^sync\.cdc\.shore\."
+"""The shore CDC consumer's default topics: the shore capture's."""
+
 
 @dataclass(frozen=True)
 class CaptureConfig:
@@ -77,6 +85,9 @@ class CaptureConfig:
     tables: tuple[str, ...] = ()
     start_from: CaptureStart = CaptureStart.CURRENT
     heartbeat_seconds: int = 1
+    # Incremental snapshots (`tidesync snapshot start`): rows read per second, so the binlog's
+    # changes keep flowing between chunks.
+    snapshot_rows_per_sec: int = 2000
     # SQLite source: the business database file, how often the changelog is polled, and how many
     # published changelog rows to keep for diagnosis.
     sqlite_path: str = "tidesync-data/ship-business.sqlite"
@@ -84,20 +95,57 @@ class CaptureConfig:
     changelog_keep_rows: int = 0
 
     def validate(self) -> list[str]:
+        return self.problems("capture")
+
+    def problems(self, section: str) -> list[str]:
+        """Every invalid setting, named as `section.field`."""
         problems = []
         for name in ("topic_partitions", "topic_replication_factor", "batch_max_records",
-                     "flush_interval_ms", "heartbeat_seconds", "sqlite_poll_interval_ms"):
+                     "flush_interval_ms", "heartbeat_seconds", "sqlite_poll_interval_ms",
+                     "snapshot_rows_per_sec"):
             if getattr(self, name) < 1:
-                problems.append(f"capture.{name}: must be >= 1")
+                problems.append(f"{section}.{name}: must be >= 1")
         if self.changelog_keep_rows < 0:
-            problems.append("capture.changelog_keep_rows: must be >= 0")
+            problems.append(f"{section}.changelog_keep_rows: must be >= 0")
         if not 1 <= self.mysql_port <= 65535:
-            problems.append("capture.mysql_port: must be 1..65535")
+            problems.append(f"{section}.mysql_port: must be 1..65535")
         if not 0 <= self.server_id <= 4_294_967_295:
-            problems.append("capture.server_id: must be 0..4294967295")
+            problems.append(f"{section}.server_id: must be 0..4294967295")
         for name in ("logical_name", "topic_prefix"):
             value = getattr(self, name)
             if value and not _TOPIC_NAME_PART.fullmatch(value):
-                problems.append(f"capture.{name}: only letters, digits, '.', '_' and '-'")
-        problems += bad_table_names("capture.tables", self.tables)
+                problems.append(f"{section}.{name}: only letters, digits, '.', '_' and '-'")
+        problems += bad_table_names(f"{section}.tables", self.tables)
         return problems
+
+
+@dataclass(frozen=True)
+class ShoreCaptureConfig(CaptureConfig):
+    """The shore's own capture (`tidesync shore capture`, `[shore_capture]`): the shore MySQL's
+    binlog into the topics `tidesync shore work` turns into commands for the ships.
+
+    The same settings as `[capture]` with the shore's defaults: the binlog source, the logical
+    name `shore` (topics `sync.cdc.shore.<db>.<table>`, which the ships' default pattern
+    leaves alone), its own position file. The broker defaults to
+    `downlink.kafka_bootstrap_servers` and the databases to those of
+    `downlink.bidirectional_tables`.
+    """
+
+    source: CaptureSource = CaptureSource.MYSQL
+    logical_name: str = SHORE_LOGICAL_NAME
+    position_path: str = "tidesync-data/shore-capture-position.sqlite"
+
+    def validate(self) -> list[str]:
+        return self.problems("shore_capture")
+
+
+def sample_topic(logical_name: str, prefix: str = CDC_TOPIC_PREFIX) -> str:
+    """A topic name a capture with this logical name writes (for checking patterns)."""
+    return f"{prefix}.{logical_name}.db.table"
+
+
+def other_side_topics(pattern: str, topics: list[str], other_pattern: str) -> list[str]:
+    """The topics `pattern` matches that belong to the other side (match `other_pattern`):
+    consuming them would send one side's changes back as the other's."""
+    own, other = re.compile(pattern), re.compile(other_pattern)
+    return sorted(topic for topic in topics if own.search(topic) and other.search(topic))

@@ -16,7 +16,12 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from tidesync.bootstrap.capture import run_capture, topic_prefix
+from tidesync.bootstrap.capture import (
+    run_capture,
+    shore_capture_config,
+    shore_capture_warnings,
+    topic_prefix,
+)
 from tidesync.capture.errors import CaptureError
 from tidesync.capture.positions import SQLitePositionStore
 from tidesync.capture.sqlite import enable_sqlite_capture
@@ -48,12 +53,39 @@ def add_capture_command(ship_commands: Commands) -> None:
     status.set_defaults(handler=_run_status)
 
 
+def add_shore_capture_command(shore_commands: Commands) -> None:
+    """`tidesync shore capture [status]`: the shore MySQL's own capture, from
+    `[shore_capture]` of the shore's configuration."""
+    capture = shore_commands.add_parser(
+        "capture", help="capture the shore database's row changes for the ships",
+        description="Capture the shore MySQL's row changes ([shore_capture]; topics"
+                    " sync.cdc.shore.<db>.<table> by default) for `shore work` to send to the"
+                    " ships. Delivery is at-least-once, as for `ship capture`.")
+    capture.add_argument("--until-caught-up", action="store_true",
+                         help="stop at the end of the binlog instead of waiting")
+    capture.set_defaults(handler=_run_shore_capture, for_shore=True)
+    actions = capture.add_subparsers(dest="capture_command", metavar="SUBCOMMAND")
+    status = actions.add_parser("status", help="show where the shore capture will resume")
+    status.set_defaults(handler=_run_status, for_shore=True)
+
+
 def _load(args: argparse.Namespace) -> Config:
-    return load_config(args.config)
+    config = load_config(args.config)
+    return shore_capture_config(config) if getattr(args, "for_shore", False) else config
+
+
+def _run_shore_capture(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for warning in shore_capture_warnings(load_config(args.config)):
+        logging.getLogger(__name__).warning("%s", warning)
+    return _run_capture(args)
 
 
 def _run_capture(args: argparse.Namespace) -> int:
     config = _load(args)
+    if not config.capture.kafka_bootstrap_servers and not config.ship.kafka_bootstrap_servers:
+        print("tidesync: no broker: set kafka_bootstrap_servers", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 

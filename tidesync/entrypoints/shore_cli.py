@@ -19,6 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, TypeVar
 
 from tidesync.apps.jobs import ReplayRefused, replay, replay_event, skip_event, summarize
+from tidesync.bootstrap.capture import downlink_topic_warnings
 from tidesync.bootstrap.event_store import (
     STORE_ERRORS,
     command_budget,
@@ -33,6 +34,7 @@ from tidesync.bootstrap.shore import build_worker, open_work_queue
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.config import Config, load_config
 from tidesync.domain.apply_job import ErrorClass
+from tidesync.entrypoints.capture_cli import add_shore_capture_command
 from tidesync.entrypoints.http import serve_and_report
 from tidesync.entrypoints.operator import actor_of
 from tidesync.entrypoints.shore_cdc_cli import add_cdc_commands
@@ -64,6 +66,7 @@ def register_commands(commands: Commands) -> None:
                       help="process what is there, then exit (default: run until stopped)")
     work.set_defaults(handler=_run_work)
     add_cdc_commands(shore_commands)
+    add_shore_capture_command(shore_commands)
 
     jobs = commands.add_parser("jobs", help="inspect and replay apply work")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", metavar="SUBCOMMAND")
@@ -146,6 +149,8 @@ def _run_work(args: argparse.Namespace) -> int:
                                  chunk_size=config.shore.apply_chunk_size,
                                  lease_seconds=config.shore.apply_lease_seconds,
                                  scope=config.apply)
+    for warning in downlink_topic_warnings(config):
+        log.warning("%s", warning)
     if not config.apply.restricted:
         logging.getLogger(__name__).warning(
             "apply.node_tables is not set: every node may write every enabled table")

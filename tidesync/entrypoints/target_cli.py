@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import secrets
 import sqlite3
 import sys
 from typing import TYPE_CHECKING, Any
 
-from tidesync.config import TargetConfig, load_config
+from tidesync.config import Config, ShipTargetKind, TargetConfig, load_config
 from tidesync.domain.content_revision import RevisionKeyError, read_revision_key
 from tidesync.target import (
     backfill,
@@ -81,6 +82,10 @@ def _add_table_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sqlite", metavar="FILE",
                         help="a SQLite database file instead of the [target] MySQL server"
                              " (default: [target] sqlite_path when set)")
+    parser.add_argument("--ship", action="store_true",
+                        help="the ship's business database ([ship_target], node id"
+                             " ship.node_id); the default when [ship_target] is set and"
+                             " [target] names no database")
 
 
 def _split_name(text: str, sqlite: bool) -> tuple[str, str]:
@@ -93,8 +98,34 @@ def _split_name(text: str, sqlite: bool) -> tuple[str, str]:
     return database, table
 
 
+_CONNECTION_FIELDS = ("host", "port", "user", "password", "database", "sqlite_path")
+
+
+def node_target(config: Config, ship: bool = False) -> TargetConfig:
+    """The business database `target` commands work on: `[target]` on the shore; on a ship
+    (`--ship`, or `[ship_target]` set while `[target]` names no database) `[ship_target]`
+    with the ship's node id, keeping `[target]`'s other settings (the revision key file)."""
+    default = TargetConfig()
+    target = config.target
+    configured = any(getattr(target, name) != getattr(default, name)
+                     for name in _CONNECTION_FIELDS)
+    if not ship and (configured or not config.ship_target.enabled):
+        return target
+    if not config.ship_target.enabled:
+        raise SystemExit("tidesync: --ship needs a [ship_target] section (kind = \"mysql\" or"
+                         " \"sqlite\")")
+    if not config.ship.node_id:
+        raise SystemExit("tidesync: ship.node_id must be set to enable the ship's tables")
+    ship_target = config.ship_target
+    return dataclasses.replace(
+        target, host=ship_target.host, port=ship_target.port, user=ship_target.user,
+        password=ship_target.password, database=ship_target.database,
+        node_id=config.ship.node_id,
+        sqlite_path=ship_target.sqlite_path if ship_target.kind is ShipTargetKind.SQLITE else "")
+
+
 def _run_enable(args: argparse.Namespace) -> int:
-    target = load_config(args.config).target
+    target = node_target(load_config(args.config), args.ship)
     node_id = args.node_id or target.node_id
     sqlite_path = args.sqlite or target.sqlite_path
     database, table = _split_name(args.table, bool(sqlite_path))
@@ -170,7 +201,7 @@ def _enable_one_way(target: TargetConfig, sqlite_path: str, database: str,
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    target = load_config(args.config).target
+    target = node_target(load_config(args.config), args.ship)
     sqlite_path = args.sqlite or target.sqlite_path
     database, table = _split_name(args.table, bool(sqlite_path))
     if sqlite_path:

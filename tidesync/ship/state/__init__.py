@@ -69,7 +69,7 @@ from tidesync.ship.state.receipts import (
     TerminalResult,
 )
 from tidesync.ship.state.reporting import Health, PartitionBacklog, SQLiteStateReports
-from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks, Watermark
+from tidesync.ship.state.watermarks import BlockedKeys, FirstOffset, SQLiteWatermarks, Watermark
 
 __all__ = [
     "COMMANDS_CURSOR",
@@ -183,8 +183,9 @@ class SQLiteShipState:
     def watermark(self, key: PartitionKey) -> Watermark | None:
         return self.partition_watermarks.watermark(key)
 
-    def start_partition(self, key: PartitionKey, replay_epoch: int) -> Watermark | None:
-        return self.partition_watermarks.start_partition(key, replay_epoch)
+    def start_partition(self, key: PartitionKey, replay_epoch: int,
+                        first_offset: FirstOffset | None = None) -> Watermark | None:
+        return self.partition_watermarks.start_partition(key, replay_epoch, first_offset)
 
     def mark_committed(self, offsets: dict[PartitionKey, int]) -> None:
         self.partition_watermarks.mark_committed(offsets)

@@ -7,14 +7,20 @@ positions (partial indexes) and stores the result.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from tidesync.cdc.kafka import PartitionKey
+from tidesync.cdc.kafka import PartitionKey, QueueUnavailable
 from tidesync.domain import watermarks as offsets_math
 from tidesync.domain.watermarks import OpenPositions, PartitionOffsets
 from tidesync.ship.state.database import ShipStateDatabase
+
+log = logging.getLogger(__name__)
+
+FirstOffset = Callable[[PartitionKey], "int | None"]
+"""The oldest offset the queue still holds for a partition (None: it cannot say)."""
 
 _SELECT_WATERMARKS = (
     "SELECT topic, kafka_partition, replay_epoch, base_offset, read_offset, received_offset,"
@@ -129,11 +135,23 @@ class SQLiteWatermarks:
                                                key.partition)).fetchone()
         return None if row is None else Watermark(*row)
 
-    def start_partition(self, key: PartitionKey, replay_epoch: int) -> Watermark | None:
+    def start_partition(self, key: PartitionKey, replay_epoch: int,
+                        first_offset: FirstOffset | None = None) -> Watermark | None:
         """The partition's watermark to resume from, or None to start at its beginning.
 
-        A watermark of another replay epoch is dropped: a new epoch replays the partition
-        from the start with new event ids (§7.4)."""
+        A watermark of another replay epoch is replaced: a new epoch reads the partition
+        again from its first offset still in the queue (`first_offset`), with new event ids
+        (§7.4). The new epoch's watermark is stored at once, so a restart resumes it instead
+        of finding a queue commit without state. Without `first_offset` the old watermark is
+        only dropped."""
+        current = self.watermark(key)
+        first = None
+        if current is not None and current.replay_epoch != replay_epoch and first_offset:
+            first = first_offset(key)
+            if first is None:
+                raise QueueUnavailable(f"cannot start replay epoch {replay_epoch} on"
+                                       f" {key.topic}/{key.partition}: the broker does not"
+                                       " say where the partition begins")
         with self.database.transaction() as conn:
             current = self.watermark_in(conn, key)
             if current is not None and current.replay_epoch != replay_epoch:
@@ -141,7 +159,12 @@ class SQLiteWatermarks:
                     "DELETE FROM partition_watermark WHERE direction = ? AND consumer_group = ?"
                     " AND topic = ? AND kafka_partition = ?",
                     (*self._where(), key.topic, key.partition))
-                return None
+                if first is None:
+                    return None
+                log.warning("%s/%d: replay epoch %d -> %d, read again from offset %d with new"
+                            " event ids", key.topic, key.partition, current.replay_epoch,
+                            replay_epoch, first)
+                return self.create(conn, key, replay_epoch, first)
             self.blocked_keys.load(conn, key, replay_epoch)
             return current
 
