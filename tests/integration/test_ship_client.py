@@ -46,10 +46,11 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def shore_for_ship(pg_database: Any, shore_mariadb: Any, database: str, *,
-                   secret: bytes | None = None, worker: bool = True
+                   secret: bytes | None = None, worker: bool = True, **shore_settings: Any
                    ) -> Iterator[RunningShore]:
     """Server + registered node (+ apply worker thread, now or by `start_worker()`);
-    `secret` makes the ship sign with another secret than the node's own."""
+    `secret` makes the ship sign with another secret than the node's own; `shore_settings`
+    are `[shore]` settings of the server."""
     migrate_postgres(pg_database.dsn)
     conn = shore_mariadb.connect(database=database, autocommit=True)
     with conn.cursor() as cursor:
@@ -60,7 +61,7 @@ def shore_for_ship(pg_database: Any, shore_mariadb: Any, database: str, *,
     target = TargetConfig(host=shore_mariadb.host, port=shore_mariadb.port,
                           user=shore_mariadb.user, password=shore_mariadb.password,
                           node_id="shore")
-    config = dataclasses.replace(make_config(pg_database), target=target)
+    config = dataclasses.replace(make_config(pg_database, **shore_settings), target=target)
     node_id = f"it-ship-{secrets.token_hex(4)}"
     with node_service(config) as service:
         issued = service.register(node_id, ACTOR, clock())

@@ -67,6 +67,11 @@ class ReceiptsReader(Protocol[Conn_contra]):
     def _page(self, conn: Conn_contra, node_id: str, after_seq: int,
               limit: int) -> pb.ReceiptsPage: ...
 
+    def _compact_page(self, conn: Conn_contra, node_id: str, after_seq: int,
+                      limit: int) -> pb.ReceiptsPage:
+        """The same page with plain APPLIED results as offset ranges."""
+        ...
+
 
 class HeartbeatStore(Protocol[Conn_contra]):
     """The latest heartbeat per node and its metric samples; raises BadHeartbeat for values
@@ -78,6 +83,25 @@ class HeartbeatStore(Protocol[Conn_contra]):
                 now: dt.datetime) -> None: ...
 
 
+class DictionaryStore(Protocol[Conn_contra]):
+    """The zstd dictionaries nodes sent, by node and id (the SHA-256 of the content)."""
+
+    def find(self, node_id: str, dictionary_id: bytes) -> bytes | None: ...
+
+    def _keep(self, conn: Conn_contra, node_id: str, dictionary_id: bytes, content: bytes,
+              now: dt.datetime) -> None: ...
+
+
+class UploadAnswers(Protocol[Conn_contra]):
+    """What the shore answered each node's batches, by batch id, for a few days."""
+
+    def _remember(self, conn: Conn_contra, node_id: str, batch_id: bytes,
+                  answer: pb.UploadBatchResponse, now: dt.datetime) -> None: ...
+
+    def _recall(self, conn: Conn_contra, node_id: str, batch_id: bytes,
+                now: dt.datetime) -> pb.UploadBatchResponse | None: ...
+
+
 @dataclass
 class SyncTables(Generic[Conn]):
     """The sync API's tables on one database, all taking that database's connections."""
@@ -87,3 +111,7 @@ class SyncTables(Generic[Conn]):
     inbox: Inbox[Conn]
     receipts: ReceiptsReader[Conn]
     heartbeats: HeartbeatStore[Conn]
+    dictionaries: DictionaryStore[Conn] | None = None
+    """None: the server takes no zstd dictionaries (ships then send without them)."""
+    answers: UploadAnswers[Conn] | None = None
+    """None: upload answers are not kept (a ship asking for one is told it is unknown)."""

@@ -14,6 +14,7 @@ from tidesync.domain.change_event import ChangeEvent
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.bodies import DEFAULT_LEVEL, compress_bytes, decompress_bytes, parse_message
 from tidesync.wire.columns import NameTable, epoch_micros, moment_from_micros
+from tidesync.wire.dictionaries import DictionaryLookup, named_dictionary
 from tidesync.wire.events import event_from_wire, event_to_wire, uuid_from_wire
 from tidesync.wire.protocol import (
     PROTOCOL_VERSION,
@@ -21,6 +22,8 @@ from tidesync.wire.protocol import (
     MalformedPayload,
     NulInString,
     ShapeTooLarge,
+    UnknownDictionary,
+    UnsupportedProtocol,
     WireError,
     WireReason,
     check_protocol_version,
@@ -138,7 +141,8 @@ class DecodedBatch:
 
 def open_batch(
     body: bytes, max_compressed: int, max_decompressed: int, *,
-    max_events: int = DEFAULT_MAX_EVENTS,
+    max_events: int = DEFAULT_MAX_EVENTS, dictionaries: DictionaryLookup | None = None,
+    accept_v2: bool = True,
 ) -> tuple[bytes, pb.UploadBatch]:
     """Decompress (hard caps), check the shape caps on the raw bytes, parse, check the version
     and verify the trailer checksum, but decode no event: the receiver's fast path.
@@ -146,11 +150,38 @@ def open_batch(
     Returns the bytes to store (the verified ones, re-serialized without fields this version
     does not know if there were any) and the message. A batch of major 2 is decoded whole
     (its event ids derived and checked) and handed over as the UploadBatch of the same events,
-    which is what is stored."""
-    raw = decompress_bytes(body, max_compressed, max_decompressed)
+    which is what is stored.
+
+    A body compressed with a zstd dictionary is read with the one `dictionaries` gives for
+    its id (UnknownDictionary if none). `accept_v2` False refuses batches of major 2 and
+    dictionaries as a receiver of major 1 only does (UnsupportedProtocol)."""
+    raw = inflate(body, max_compressed, max_decompressed, dictionaries, accept_v2)
     if _is_v2(check_batch_shape(raw, max_events)):
+        if not accept_v2:
+            raise _major_1_only()
         return _as_v1(*_open_v2(raw, max_events))
     return _open_v1(raw)
+
+
+def inflate(body: bytes, max_compressed: int, max_decompressed: int,
+            dictionaries: DictionaryLookup | None = None, accept_v2: bool = True) -> bytes:
+    """The decompressed body, read with the dictionary it names if it names one."""
+    name, frame = named_dictionary(body)
+    if name is None:
+        return decompress_bytes(body, max_compressed, max_decompressed)
+    if not accept_v2:
+        raise _major_1_only()
+    dictionary = dictionaries(name) if dictionaries is not None else None
+    if dictionary is None:
+        raise UnknownDictionary("the body is compressed with a dictionary this receiver does"
+                                " not hold for its sender: send the dictionary again")
+    return decompress_bytes(frame, max_compressed, max_decompressed, dictionary)
+
+
+def _major_1_only() -> UnsupportedProtocol:
+    refusal = UnsupportedProtocol("this receiver takes upload batches of major 1 only")
+    refusal.supported = (PROTOCOL_VERSION,)
+    return refusal
 
 
 def _open_v1(raw: bytes) -> tuple[bytes, pb.UploadBatch]:
@@ -268,9 +299,10 @@ def _without_unknown_fields(raw: bytes, batch: pb.UploadBatch) -> bytes:
 
 
 def decode_batch(body: bytes, max_compressed: int, max_decompressed: int,
-                 max_events: int = DEFAULT_MAX_EVENTS) -> DecodedBatch:
+                 max_events: int = DEFAULT_MAX_EVENTS,
+                 dictionaries: DictionaryLookup | None = None) -> DecodedBatch:
     """Decompress (hard caps), verify the trailer checksum and version, decode each event."""
-    raw = decompress_bytes(body, max_compressed, max_decompressed)
+    raw = inflate(body, max_compressed, max_decompressed, dictionaries)
     if _is_v2(check_batch_shape(raw, max_events)):
         return _decoded_v2(*_open_v2(raw, max_events))
     _, batch = _open_v1(raw)

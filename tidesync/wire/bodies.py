@@ -68,13 +68,16 @@ def refuse_nul(message: Message) -> None:
                 refuse_nul(inner)
 
 
-def decompress_bytes(body: bytes, max_compressed: int, max_decompressed: int) -> bytes:
-    """The content of one complete zstd frame, never holding more than about twice
-    `max_decompressed` (the frame's declared size is not trusted)."""
+def decompress_bytes(body: bytes, max_compressed: int, max_decompressed: int,
+                     dictionary: zstandard.ZstdCompressionDict | None = None) -> bytes:
+    """The content of one complete zstd frame (compressed with `dictionary` if given), never
+    holding more than about twice `max_decompressed` (the frame's declared size is not
+    trusted)."""
     if len(body) > max_compressed:
         raise PayloadTooLarge(f"body of {len(body)} bytes exceeds {max_compressed}")
     window = min(max(1 << 23, 1 << (max_decompressed - 1).bit_length()), 1 << 27)
-    inflater = zstandard.ZstdDecompressor(max_window_size=window).decompressobj()
+    inflater = zstandard.ZstdDecompressor(dict_data=dictionary,
+                                          max_window_size=window).decompressobj()
     output = bytearray()
     view, position = memoryview(body), 0
     try:

@@ -44,6 +44,8 @@ class WireReason(enum.StrEnum):
     TOO_MANY_COLUMNS = "TOO_MANY_COLUMNS"
     NUL_IN_STRING = "NUL_IN_STRING"
     EVENT_ID_MISMATCH = "EVENT_ID_MISMATCH"
+    UNKNOWN_DICTIONARY = "UNKNOWN_DICTIONARY"
+    BAD_DICTIONARY = "BAD_DICTIONARY"
 
 
 class WireError(TidesyncError):
@@ -78,6 +80,8 @@ class UnsupportedProtocol(WireError):
     (MALFORMED_PROTOCOL_VERSION). Not retryable."""
 
     reason = WireReason.UNSUPPORTED_PROTOCOL
+    supported: tuple[str, ...] = SUPPORTED_PROTOCOL_VERSIONS
+    """The versions the refusing side names as the ones it accepts."""
 
 
 class ChecksumMismatch(WireError):
@@ -98,6 +102,19 @@ class EventIdMismatch(WireError):
     reason = WireReason.EVENT_ID_MISMATCH
 
 
+class UnknownDictionary(WireError):
+    """A body compressed with a zstd dictionary the receiver does not hold for its sender:
+    retryable once the sender has sent the dictionary again."""
+
+    reason = WireReason.UNKNOWN_DICTIONARY
+
+
+class BadDictionary(WireError):
+    """Something sent as a zstd dictionary that is not one, or is larger than allowed."""
+
+    reason = WireReason.BAD_DICTIONARY
+
+
 class NulInString(WireError):
     """A text field holding a NUL character (no database text column can store it)."""
 
@@ -108,7 +125,8 @@ def error_response(error: WireError, request_id: str = "") -> pb.ErrorResponse:
     """The ErrorResponse body answering a WireError."""
     return pb.ErrorResponse(
         reason_code=error.reason.value, message=str(error), request_id=request_id,
-        supported_protocol_versions=SUPPORTED_PROTOCOL_VERSIONS,
+        supported_protocol_versions=(error.supported if isinstance(error, UnsupportedProtocol)
+                                     else SUPPORTED_PROTOCOL_VERSIONS),
     )
 
 
