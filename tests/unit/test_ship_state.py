@@ -101,7 +101,8 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     versions = state.conn.execute("SELECT version, name FROM schema_version").fetchall()
     assert versions == [(1, "0001_state"), (2, "0002_downlink_commands"),
                         (3, "0003_operator_actions"), (4, "0004_domain_command_kinds"),
-                        (5, "0005_rule_switch"), (6, "0006_resend_command_kind")]
+                        (5, "0005_rule_switch"), (6, "0006_resend_command_kind"),
+                        (7, "0007_replay_runs")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",
