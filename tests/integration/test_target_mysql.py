@@ -258,13 +258,23 @@ def test_a_replayed_insert_after_its_row_was_deleted_is_not_applied_again(
     assert _row(shore_mariadb, shore_db, 2) is not None
 
 
-def test_snapshot_of_the_current_revision_is_already_applied(shore_db, applier):
+def test_snapshot_of_the_current_revision_is_already_applied(shore_mariadb, shore_db, applier):
     row, base = _seed(applier, shore_db)
     snapshot = target_events.change(Operation.SNAPSHOT, shore_db, "parts", {"id": 1},
                                     after=row, result=base)
     assert applier.apply_chunk([snapshot])[0].kind is TargetOutcomeKind.ALREADY_APPLIED
-    stale = target_events.change(Operation.SNAPSHOT, shore_db, "parts", {"id": 1}, after=row)
-    assert applier.apply_chunk([stale])[0].kind is TargetOutcomeKind.CONFLICT
+    # Another revision over a row last written from the same ship: the snapshot follows
+    # every earlier change of its partition, so it overwrites (upsert-if-not-newer).
+    newer = target_events.change(Operation.SNAPSHOT, shore_db, "parts", {"id": 1}, after=row)
+    assert applier.apply_chunk([newer])[0].kind is TargetOutcomeKind.APPLIED
+    assert _row(shore_mariadb, shore_db, 1) is not None
+    # A row another node wrote last holds data of its own: an ordinary conflict.
+    other = target_events.change(Operation.SNAPSHOT, shore_db, "parts", {"id": 1}, after=row,
+                                 origin="ship-0099")
+    assert applier.apply_chunk([other])[0].kind is TargetOutcomeKind.CONFLICT
+    again = target_events.change(Operation.SNAPSHOT, shore_db, "parts", {"id": 1}, after=row)
+    assert applier.apply_chunk([again])[0].kind is TargetOutcomeKind.APPLIED
+    assert applier.apply_chunk([newer])[0].kind is TargetOutcomeKind.ALREADY_APPLIED
 
 
 def test_applied_event_ids_answers_after_a_commit_from_a_new_connection(

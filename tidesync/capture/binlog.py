@@ -24,6 +24,12 @@ from tidesync.capture.envelope_writer import (
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.capture.positions import CapturePosition
 from tidesync.capture.settings import CaptureStart
+from tidesync.capture.snapshot import (
+    SIGNAL_TABLE,
+    IncrementalSnapshots,
+    snapshot_marks,
+)
+from tidesync.capture.snapshot_store import SnapshotStore
 from tidesync.capture.tables import (
     BinlogRowDecoder,
     binlog_type_matches,
@@ -38,7 +44,8 @@ logger = logging.getLogger(__name__)
 RECONNECT_BACKOFF = Backoff(initial_seconds=1.0, cap_seconds=60.0, max_attempts=10)
 """Between binlog sessions after a lost connection; the count restarts once events flow."""
 
-INTERNAL_TABLES = frozenset({"_sync_applied", "_sync_session", "_tidesync_changelog"})
+INTERNAL_TABLES = frozenset({"_sync_applied", "_sync_session", "_tidesync_changelog",
+                             SIGNAL_TABLE})
 """tidesync's own tables in a business database: never captured."""
 
 
@@ -56,6 +63,8 @@ class BinlogSettings:
     tables: frozenset[tuple[str, str]] = frozenset()
     start_from: CaptureStart = CaptureStart.CURRENT
     heartbeat_seconds: int = 1
+    snapshot_rows_per_sec: int = 2000
+    """How fast incremental snapshots read rows (`tidesync snapshot start`)."""
 
     def __post_init__(self) -> None:
         if self.server_id < 1:
@@ -110,6 +119,7 @@ class MySQLBinlogCapture:
         self._orders: dict[tuple[str, str], int] = {}
         """Rows of the open transaction so far, per table (the transaction block's orders)."""
         self._total_order = 0
+        self._snapshots: IncrementalSnapshots | None = None
 
     def run(self, *, until_caught_up: bool = False,
             stop: threading.Event | None = None) -> CaptureStats:
@@ -121,6 +131,11 @@ class MySQLBinlogCapture:
         """
         stop = stop or threading.Event()
         self._control = self._connect()
+        store = SnapshotStore(self.checkpointer.store.path)
+        self._snapshots = IncrementalSnapshots(
+            store, self.checkpointer.name, self._connect_snapshot_reader, self.writer,
+            self.checkpointer.publisher, captures=self.settings.captures,
+            rows_per_second=self.settings.snapshot_rows_per_sec, clock=self.checkpointer.clock)
         try:
             position = self._start_position()
             target = self._server_end() if until_caught_up else None
@@ -137,6 +152,8 @@ class MySQLBinlogCapture:
         finally:
             if self._control is not None:
                 self._control.close()
+            self._snapshots.close()
+            store.close()
         return self.checkpointer.stats
 
     def _session(self, position: CapturePosition, target: CapturePosition | None,
@@ -180,6 +197,10 @@ class MySQLBinlogCapture:
         return {"host": self.settings.host, "port": self.settings.port,
                 "user": self.settings.user, "password": self.settings.password,
                 "charset": "utf8mb4", "autocommit": True, "connect_timeout": 10}
+
+    def _connect_snapshot_reader(self) -> Any:
+        # TIMESTAMP values read in UTC, as the binlog gives them.
+        return pymysql.connect(**self._control_settings(), init_command="SET time_zone = '+00:00'")
 
     def _connect(self) -> Any:
         try:
@@ -311,10 +332,14 @@ class MySQLBinlogCapture:
                     raise _StreamLost("the server ended the binlog dump")
                 return
             self._progressed = True
+            if self._snapshots is not None:
+                self._snapshots.step()
             if isinstance(event, RowsEvent):
                 self._rows(event)
             elif isinstance(event, HeartbeatLogEvent):
                 # The server had nothing to send for a heartbeat period: caught up for now.
+                if self._snapshots is not None:
+                    self._snapshots.idle()
                 if target is not None:
                     return
                 if self.checkpointer.due():
@@ -397,6 +422,12 @@ class MySQLBinlogCapture:
         from pymysqlreplication.row_event import DeleteRowsEvent, WriteRowsEvent
 
         database, table = event.schema, event.table
+        if table == SIGNAL_TABLE and self._snapshots is not None:
+            start = int(event.packet.log_pos) - int(event.packet.event_size)
+            self._snapshots.signal(snapshot_marks(event.rows), SourceInfo(
+                server_id=int(event.packet.server_id), file=self._file, pos=start,
+                ts_ms=int(event.timestamp) * 1000, gtid=self._gtid))
+            return
         if not self.settings.captures(database, table):
             return
         decoder = self._decoder(event)
@@ -426,6 +457,8 @@ class MySQLBinlogCapture:
                     decoder.row(row["before_values"], row["before_none_sources"]),
                     decoder.row(row["after_values"], row["after_none_sources"]), source)
             self.checkpointer.publish(self.writer, change)
+            if self._snapshots is not None:
+                self._snapshots.changed(change)
 
     def _decoder(self, event: Any) -> BinlogRowDecoder:
         """The decoder of the event's table as the event describes it: checked against the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -18,6 +18,9 @@ from tidesync.capture.envelope_writer import DebeziumRecord
 from tidesync.capture.errors import CaptureError, CaptureErrorReason
 
 logger = logging.getLogger(__name__)
+
+Delivered = Callable[[str, int, int], None]
+"""(topic, partition, offset) of a record the queue acknowledged."""
 
 
 def producer_settings(bootstrap_servers: str) -> dict[str, object]:
@@ -55,20 +58,24 @@ class KafkaEnvelopePublisher:
         self._converter = JsonConverter()
         self.produced = 0
 
-    def publish(self, record: DebeziumRecord, headers: Headers = ()) -> None:
+    def publish(self, record: DebeziumRecord, headers: Headers = (),
+                on_delivery: Delivered | None = None) -> None:
+        """Produce one record; `on_delivery` hears (topic, partition, offset) once the queue
+        acknowledged it."""
         self._ensure_topic(record.topic)
         key, value = self._converter.encode(record.key), self._converter.encode(record.value)
+        callback = self._delivered if on_delivery is None else self._reporting(on_delivery)
         while True:
             try:
                 if record.partition is None:
                     self._producer.produce(record.topic, key=key, value=value,
                                            headers=list(headers) or None,
-                                           on_delivery=self._delivered)
+                                           on_delivery=callback)
                 else:  # one topic per database: one partition keeps the commit order
                     self._producer.produce(record.topic, key=key, value=value,
                                            partition=record.partition,
                                            headers=list(headers) or None,
-                                           on_delivery=self._delivered)
+                                           on_delivery=callback)
                 break
             except BufferError:
                 self._producer.poll(0.05)  # the local queue is full: let deliveries drain
@@ -85,6 +92,15 @@ class KafkaEnvelopePublisher:
         if self._failures:
             raise CaptureError(CaptureErrorReason.PUBLISH_FAILED,
                                f"{self._failures} records failed; first: {self._first_failure}")
+
+    def _reporting(self, on_delivery: Delivered) -> Callable[[KafkaError | None, Any], None]:
+        def delivered(error: KafkaError | None, message: Any) -> None:
+            self._delivered(error, message)
+            if error is None:
+                on_delivery(str(message.topic()), int(message.partition()),
+                            int(message.offset()))
+
+        return delivered
 
     def _delivered(self, error: KafkaError | None, _message: object) -> None:
         if error is not None:
