@@ -4,10 +4,11 @@ through the same simulated link in the same run.
 The link (tidesync.linksim): 128 KiB/s each way, 300 ms each way, 5% of 1400-byte segments
 arriving a second late, a 10 s outage (connections reset) every 60 s, random resets (one per
 4 MiB relayed on average). The ship client (real queue, state and HTTP link) uploads a backlog
-of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore (the
-sync API on uvicorn, PostgreSQL). Per workload: goodput of accepted upload payload (compressed
-batch bytes answered RECEIVED) while the backlog lasts, bytes sent up and acknowledgement
-bytes down per payload byte, and how long uploads took to resume after each outage ended.
+of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore
+(`tidesync shore serve` in a process of its own, PostgreSQL). Per workload: goodput of accepted
+upload payload (compressed batch bytes answered RECEIVED, or recalled by batch id after a lost
+answer) while the backlog lasts, bytes sent up and acknowledgement bytes down per payload byte,
+and how long uploads took to resume after each outage ended.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import os
 import random
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -29,6 +32,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Report
@@ -45,11 +49,12 @@ from tidesync.capture.envelope_writer import (
 )
 from tidesync.config import Config, EventStoreConfig, EventStoreKind, ShipConfig, ShoreConfig
 from tidesync.domain.clock import utc_now
-from tidesync.entrypoints.http import BackgroundServer, create_app
 from tidesync.linksim import LinkProfile, LinkSimulator, LinkStats, OutageMode
 from tidesync.localservices import PostgresDatabase, TansuBroker
 from tidesync.migrations import migrate_postgres
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.shore_answers import batch_answers
+from tidesync.ship.state import ReceiveOutcome
 from tidesync.ship.transport import HttpShoreLink
 from tidesync.wire import sync_pb2 as pb
 
@@ -73,6 +78,7 @@ TABLE = TableDefinition(DATABASE, "items", (
     ColumnDefinition.parse("_sync_revision", "char(36)", nullable=False),
 ), ("id",))
 MASTER_KEY = base64.b64encode(os.urandom(32)).decode("ascii")
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def link_profile(size: dict[str, float], seed: int) -> LinkProfile:
@@ -105,12 +111,12 @@ def run(report: Report, quick: bool = False) -> None:
         report.add("raw bulk HTTP POST through the link (256 KiB bodies)", raw / 1024, "KiB/s")
         report.add("…its link bytes up per byte accepted", raw_stats.up_bytes / max(
             1, raw_stats.up_delivered), "")
-        with BackgroundServer(create_app(config),
-                              keep_alive_seconds=config.shore.keep_alive_seconds) as server:
+        with tempfile.TemporaryDirectory(prefix="tidesync-bench-shore-") as workdir, \
+                shore_server(database, Path(workdir)) as shore_url:
             ratios = []
             for name, rows, text in (("small rows", int(size["small"]), SMALL_TEXT),
                                      ("large rows", int(size["large"]), LARGE_TEXT)):
-                phase = upload_phase(config, server.url, broker, name, rows, text, size)
+                phase = upload_phase(config, shore_url, broker, name, rows, text, size)
                 _describe(report, name, phase, raw)
                 ratios.append(phase.goodput / raw)
     report.set_ratio(min(ratios), (
@@ -157,6 +163,33 @@ def shore_config(database: PostgresDatabase) -> Config:
         node_request_burst=1000))
 
 
+@contextmanager
+def shore_server(database: PostgresDatabase, workdir: Path) -> Iterator[str]:
+    """`tidesync shore serve` in a process of its own (as on a real shore: the ship's and the
+    shore's Python do not share an interpreter lock), configured as `shore_config`."""
+    config = workdir / "tidesync.toml"
+    config.write_text(
+        "[shore]\nlisten_port = 0\nnode_requests_per_second = 1000\n"
+        "node_request_burst = 1000\n"
+        f'[event_store]\nkind = "postgres"\npostgres_host = "{database.host}"\n'
+        f"postgres_port = {database.port}\npostgres_dbname = \"{database.dbname}\"\n"
+        f'postgres_user = "{database.user}"\npostgres_password = "{database.password or ""}"\n'
+        "postgres_pool_size = 2\n", encoding="utf-8")
+    env = {**os.environ, "TIDESYNC_SHORE__MASTER_KEY": MASTER_KEY, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tidesync", "--config", str(config), "shore", "serve"],
+        cwd=REPOSITORY, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"the shore server did not start: {line}")
+        yield line.split("listening on ")[1].strip()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def register(config: Config, node_id: str) -> tuple[bytes, str]:
     with open_node_service(config, sealing=True) as nodes:
         issued = nodes.register(node_id, Actor("benchmark", "link benchmark"), utc_now())
@@ -167,22 +200,39 @@ def register(config: Config, node_id: str) -> tuple[bytes, str]:
 
 
 class CountingLink:
-    """The ship's HTTP link, noting when each upload was accepted and its payload bytes."""
+    """The ship's HTTP link, noting when each upload was accepted (answered, or its lost answer
+    recalled) and its payload bytes. Uploads call it from several threads at once."""
 
     def __init__(self, inner: HttpShoreLink) -> None:
         self.inner = inner
         self.accepted: list[tuple[float, int, int]] = []  # (monotonic, bytes, events)
         self.first_upload: float | None = None
+        self.fates = 0
+        self._unanswered: dict[uuid.UUID, OutgoingBatch] = {}
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
         if self.first_upload is None:
             self.first_upload = time.monotonic()
+        self._unanswered[batch.batch_id] = batch
         response = self.inner.upload(batch)
-        received = sum(1 for status in response.statuses if status.status == pb.RECEIVED)
+        self._count(batch, response)
+        return response
+
+    def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+        self.fates += 1
+        response = self.inner.batch_fate(batch_id)
+        batch = self._unanswered.get(batch_id)
+        if response is not None and batch is not None:
+            self._count(batch, response)
+        return response
+
+    def _count(self, batch: OutgoingBatch, response: pb.UploadBatchResponse) -> None:
+        self._unanswered.pop(batch.batch_id, None)
+        received = sum(1 for answer in batch_answers(batch.events, response)
+                       if answer.outcome is ReceiveOutcome.RECEIVED)
         if received:
             self.accepted.append((time.monotonic(), len(batch.body) * received
                                   // max(1, len(batch.events)), received))
-        return response
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

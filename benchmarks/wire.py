@@ -7,6 +7,12 @@ records, cut into 500-event batches and compared with the same records as Debezi
 (payload-only and with schemas), zstd-3 over each batch's newline-joined keys and values.
 The ratio is the worse of the two workloads' UploadBatchV2 / payload-only JSON.
 
+The zstd dictionary lines show what a ship's own dictionary (`tidesync.ship.dictionaries`,
+the ship's default size and thresholds) does to the same batches: it is trained on the batches
+of an earlier stretch of the same ship's changes (another seed of the workload, or the first
+half of `--input`) and counted only if the ship would use it; sending it once costs the bytes
+shown beside. The ratio itself stays without dictionaries.
+
 `--input RECORDS.jsonl [--columns TYPES.json]` runs the comparison on records an operator
 supplies instead: one JSON object per line with topic, partition, offset, key and value (key
 and value as the JSON documents, or as text holding them); `--columns` as for `tidesync
@@ -34,6 +40,7 @@ from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
 from tidesync.cdc.outcomes import Normalized
 from tidesync.domain.change_event import ChangeEvent
+from tidesync.ship.dictionaries import BatchDictionaries
 from tidesync.wire import codec
 
 BATCH_SIZE = 500
@@ -62,6 +69,8 @@ class Workload:
     values: list[bytes | None]
     payload_keys: list[bytes | None]
     payload_values: list[bytes | None]
+    history: list[ChangeEvent] = dataclasses.field(default_factory=list)
+    """Earlier events of the same source, the batches a ship trains its dictionary on."""
 
 
 def run(report: Report, quick: bool = False, input: Path | None = None,
@@ -73,8 +82,8 @@ def run(report: Report, quick: bool = False, input: Path | None = None,
                          " (goal <= 0.5)")
         return
     count = 2_000 if quick else 10_000
-    ratios = [_compare(report, _wide(count), schemas_known=True),
-              _compare(report, _narrow(count), schemas_known=True)]
+    ratios = [_compare(report, _wide(count, HISTORY), schemas_known=True),
+              _compare(report, _narrow(count, HISTORY), schemas_known=True)]
     report.set_ratio(max(ratios), "the worse of the two workloads' UploadBatchV2 zstd-3 B/event"
                      " / Debezium payload-only JSON zstd-3 B/event (goal <= 0.5)")
 
@@ -93,16 +102,31 @@ def _json(document: Any) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _wide(count: int) -> Workload:
+HISTORY = 24 * BATCH_SIZE
+"""Events of the earlier stretch: as many batches as a ship samples before it trains."""
+
+
+def _wide(count: int, history: int = 0) -> Workload:
     changes = _mysql_workload.generate(count)
     records = [change.record for change in changes]
+    earlier = [change.event for change in _mysql_workload.generate(history, seed=7)]
     return Workload("wide rows", [change.event for change in changes],
                     [r.key_bytes() for r in records], [r.value_bytes() for r in records],
-                    [_payload(r.key) for r in records], [_payload(r.value) for r in records])
+                    [_payload(r.key) for r in records], [_payload(r.value) for r in records],
+                    earlier)
 
 
-def _narrow(count: int) -> Workload:
-    records = _ship_workload.generate(count)
+def _narrow(count: int, history: int = 0) -> Workload:
+    workload = _narrow_events(count)
+    if history:
+        workload = dataclasses.replace(workload,
+                                       history=_narrow_events(history, seed=7).events)
+    return workload
+
+
+def _narrow_events(count: int, seed: int | None = None) -> Workload:
+    records = (_ship_workload.generate(count) if seed is None
+               else _ship_workload.generate(count, seed=seed))
     normalizer = DebeziumNormalizer(NormalizerSettings(
         origin_node_id=_ship_workload.NODE_ID, source_connector_id="ship-0042-mysql",
         bidirectional_tables=_ship_workload.TWO_WAY_TABLES))
@@ -143,7 +167,8 @@ def _from_file(path: Path, columns: Path | None, origin: str) -> Workload:
     if not events:
         raise SystemExit(f"{path}: no record normalized to a change event")
     return Workload(path.name, events, [k.key for k in kafka], [k.value for k in kafka],
-                    [k.key for k in kafka], [k.value for k in kafka])
+                    [k.key for k in kafka], [k.value for k in kafka],
+                    events[:len(events) // 2])
 
 
 def _input_record(document: Any, path: Path, number: int) -> KafkaRecord:
@@ -218,12 +243,49 @@ def _compare(report: Report, workload: Workload, *, schemas_known: bool) -> floa
     v2_raw, v2 = _ours(events, 2, codec.BeforeValues.CONFLICT)
     report.add(f"[{label}] UploadBatchV2 raw (as the ship sends)", v2_raw * per, "B/event")
     report.add(f"[{label}] UploadBatchV2 zstd-3 (as the ship sends)", v2 * per, "B/event")
+    dictionary = _with_dictionary(workload.history, events)
+    if dictionary is None:
+        report.add(f"[{label}] UploadBatchV2 zstd-3 with the ship's dictionary",
+                   "none pays (or too little history to train one)")
+    else:
+        sent_once, with_dictionary = dictionary
+        report.add(f"[{label}] UploadBatchV2 zstd-3 with the ship's dictionary",
+                   with_dictionary * per, "B/event")
+        report.add(f"[{label}] the dictionary, sent once (zstd-3)", sent_once, "B")
+        report.add(f"[{label}] ratio v2 with dictionary / payload-only JSON",
+                   with_dictionary / (payload * count))
     report.add(f"[{label}] encode+compress v2", _encode_rate(events), "events/s")
     report.add(f"[{label}] shore open v2 (decode, derive ids, store as v1)",
                _open_rate(events), "events/s")
     ratio = v2 / (payload * count)
     report.add(f"[{label}] ratio v2 / payload-only JSON", ratio)
     return ratio
+
+
+def _raw_batches(events: Sequence[ChangeEvent]) -> list[bytes]:
+    return [codec.serialize_batch(codec.build_any_batch(
+        batch, node_id=events[0].origin_node_id, batch_id=uuid.UUID(int=number),
+        created_at=CREATED_AT, wire_version=2, before_values=codec.BeforeValues.CONFLICT))
+        for number, batch in enumerate(_batches(events))]
+
+
+def _with_dictionary(history: Sequence[ChangeEvent], events: Sequence[ChangeEvent]
+                     ) -> tuple[int, int] | None:
+    """The zstd-3 bytes of the dictionary a ship trains on its earlier batches (`history`),
+    and of the events' v2 batches as it sends them with that dictionary; None when none
+    pays."""
+    if not history:
+        return None
+    dictionaries = BatchDictionaries()
+    for raw in _raw_batches(history):
+        dictionaries.compress(raw, codec.DEFAULT_LEVEL)
+    chosen = dictionaries.waiting
+    if chosen is None:
+        return None
+    dictionaries.accepted(chosen)
+    sent = sum(len(dictionaries.compress(raw, codec.DEFAULT_LEVEL))
+               for raw in _raw_batches(events))
+    return len(codec.compress_bytes(chosen.content)), sent
 
 
 def _bodies(events: Sequence[ChangeEvent]) -> list[bytes]:

@@ -21,14 +21,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidesync.apps.settings import RulesSettings
-from tidesync.capture.settings import CaptureConfig
+from tidesync.capture.settings import (
+    SHIP_TOPIC_PATTERN,
+    SHORE_TOPIC_PATTERN,
+    CaptureConfig,
+    ShoreCaptureConfig,
+)
 from tidesync.domain.change_event import table_rule
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.table_names import bad_table_names, table_set
 from tidesync.graphql.settings import ConsoleSettings
-from tidesync.ingress.settings import ShoreHttpSettings, ShoreTlsSettings
+from tidesync.ingress.settings import ShoreHttpSettings, ShoreTlsSettings, ShoreWireSettings
 from tidesync.projections.settings import ProjectionsConfig
-from tidesync.ship.settings import ShipLinkSettings, ShipRulesSettings, ShipTlsSettings
+from tidesync.ship.settings import (
+    ShipLinkSettings,
+    ShipQueueSettings,
+    ShipReplaySettings,
+    ShipRulesSettings,
+    ShipTlsSettings,
+    ShipWireSettings,
+)
 from tidesync.shore.settings import ApplyConfig, ConflictsConfig
 from tidesync.target.settings import TargetConfig as TargetConfig
 
@@ -90,7 +102,7 @@ _MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
-class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings):
+class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
     """The shore server: where it listens, its request limits and its TLS."""
 
     listen_host: str = "127.0.0.1"
@@ -99,7 +111,7 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings):
     # one request can never make the shore hold more than a few MiB.
     max_compressed_bytes: int = 4 * 1024 * 1024
     max_decompressed_bytes: int = 8 * 1024 * 1024
-    max_events_per_batch: int = 500
+    max_events_per_batch: int = 10_000
     apply_lease_seconds: int = 60
     apply_max_events_per_job: int = 2000
     apply_chunk_size: int = 500
@@ -109,9 +121,11 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings):
     master_key_file: str = "tidesync-data/master.key"
     master_key: str = field(default="", metadata={"secret": True})
     # Per-node and global request limits of the sync API (429 + Retry-After beyond them).
+    # A ship keeps 2 uploads in flight plus one other request; the fourth slot covers a
+    # request the shore still finishes after the ship gave up on it (a reset link).
     node_requests_per_second: int = 10
     node_request_burst: int = 20
-    node_max_concurrent_requests: int = 2
+    node_max_concurrent_requests: int = 4
     max_in_flight_requests: int = 64
     # Per-node quotas of request body bytes (429 + Retry-After, BYTE_QUOTA_MINUTE / _DAY).
     node_bytes_per_minute: int = 64 * 1024 * 1024
@@ -156,7 +170,8 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings):
 
 
 @dataclass(frozen=True)
-class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
+class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueueSettings,
+                 ShipReplaySettings, ShipWireSettings):
     """The ship client: its node identity, state file, queue, batching and link settings."""
 
     node_id: str = ""
@@ -165,9 +180,10 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
     secret: str = field(default="", metadata={"secret": True})
     state_path: str = "tidesync-data/ship-state.sqlite"
     kafka_bootstrap_servers: str = ""
-    # Topics to consume (a regular expression) and the node's one consumer group
+    # Topics to consume (a regular expression; by default every capture's topic under
+    # sync.cdc. except the shore capture's, sync.cdc.shore.) and the node's one consumer group
     # (default: tidesync-ship-<node_id>).
-    topic_pattern: str = r"^sync\.cdc\."
+    topic_pattern: str = SHIP_TOPIC_PATTERN
     consumer_group: str = ""
     # What the normalizer stamps on events: the capture's connector id, the replay epoch
     # (raise it after a topic rebuild or connector reset), tables synced both ways
@@ -177,7 +193,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
     replay_epoch: int = 0
     bidirectional_tables: tuple[str, ...] = ()
     column_types_file: str = ""
-    batch_max_events: int = 500
+    # Caps of one upload batch; within them its size follows the link (upload_request_ms).
+    batch_max_events: int = 10_000
     batch_max_bytes: int = 4 * 1024 * 1024
     zstd_level: int = 3
     # The uplink token bucket (§13.1) over compressed bytes on the wire; 0 = no limit.
@@ -185,8 +202,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
     uplink_burst_bytes: int = 1024 * 1024
     # Bounded memory: events held for sending per partition and in all, and records read
     # but not yet terminal per partition (the consumer pauses a partition beyond it).
-    send_window_events: int = 1000
-    send_window_total_events: int = 5000
+    send_window_events: int = 10_000
+    send_window_total_events: int = 20_000
     max_open_per_partition: int = 100_000
     request_timeout_seconds: int = 60
     receipts_page_size: int = 500
@@ -202,7 +219,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings):
     commands_page_size: int = 200
 
     def validate(self) -> list[str]:
-        problems = self.tls_problems() + self.link_problems()
+        problems = (self.tls_problems() + self.link_problems() + self.queue_problems()
+                    + self.replay_problems() + self.wire_problems())
         if not self.shore_node_id:
             problems.append("ship.shore_node_id: must not be empty")
         if not 1 <= self.commands_page_size <= 1000:
@@ -302,7 +320,7 @@ class DownlinkConfig:
     """
 
     kafka_bootstrap_servers: str = ""
-    topic_pattern: str = r"^sync\.cdc\.shore\."
+    topic_pattern: str = SHORE_TOPIC_PATTERN
     consumer_group: str = "tidesync-shore-cdc"
     source_connector_id: str = "debezium-mysql"
     bidirectional_tables: tuple[str, ...] = ()
@@ -336,6 +354,7 @@ class Config:
     target: TargetConfig = field(default_factory=TargetConfig)
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    shore_capture: ShoreCaptureConfig = field(default_factory=ShoreCaptureConfig)
     conflicts: ConflictsConfig = field(default_factory=ConflictsConfig)
     downlink: DownlinkConfig = field(default_factory=DownlinkConfig)
     ship_target: ShipTargetConfig = field(default_factory=ShipTargetConfig)
@@ -346,7 +365,8 @@ class Config:
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
                 + self.target.validate() + self.console.validate()
-                + self.capture.validate() + self.conflicts.validate()
+                + self.capture.validate() + self.shore_capture.validate()
+                + self.conflicts.validate()
                 + self.downlink.validate() + self.ship_target.validate()
                 + self.projections.validate() + self.apply.validate() + self.rules.validate())
 

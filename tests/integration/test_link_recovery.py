@@ -124,7 +124,9 @@ def test_uploads_resume_as_soon_as_the_link_is_back_after_a_long_outage(
         config = dataclasses.replace(
             ship_config(shore, kafka_broker, tmp_path / "ship.sqlite"), shore_url=link.url,
             probe_interval_seconds=1, probe_max_interval_seconds=4,
-            heartbeat_interval_seconds=3600)
+            heartbeat_interval_seconds=3600,
+            # Uploads on the client's own thread: the manual clock measures the schedules.
+            uploads_in_flight=1)
         produce(kafka_broker.bootstrap_servers, records)
         clock = ManualClock(seconds=1000.0)
         client = build_client(config)

@@ -15,7 +15,7 @@ def test_defaults_are_the_embedded_setup():
     assert config.event_store.kind is EventStoreKind.EMBEDDED
     assert config.event_store.embedded_dir == "tidesync-data/postgres"
     assert config.shore.listen_host == "127.0.0.1"
-    assert config.ship.batch_max_events == 500
+    assert config.ship.batch_max_events == 10_000
     assert config.ship.batch_max_bytes == 4 * 1024 * 1024
 
 

@@ -222,3 +222,11 @@ def test_a_lone_surrogate_still_blocks_through_the_fallback():
     outcome = normalizer.normalize(KafkaRecord(record.topic, 0, 0, record.key, value))
     assert isinstance(outcome, Block)
     assert outcome.reason is BlockReason.UNSUPPORTED_TYPE
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text("0123456789", min_size=1, max_size=30), st.integers(-400, 400),
+       st.booleans())
+def test_numbers_in_decimal_text_parse_to_the_same_float(digits, exponent, negative):
+    text = f"{'-' if negative else ''}{digits[0]}.{digits[1:] or '0'}e{exponent}"
+    check_same_verdict(f"[{text}]".encode())

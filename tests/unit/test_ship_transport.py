@@ -160,9 +160,10 @@ def test_uploads_are_signed_and_answers_decoded() -> None:
         assert shore.receipts("7", 100).next_cursor == "9"
         shore.close()
     (method, path, headers, body), (get, target, get_headers, _) = Stub.seen
-    assert (method, path, body) == ("POST", "/sync/v1/batches", codec.compress_bytes(b"batch"))
+    assert (method, path, body) == ("POST", "/sync/v1/batches?answer=ranges",
+                                    codec.compress_bytes(b"batch"))
     assert headers[NODE_HEADER] == "ship-7" and len(headers[SIGNATURE_HEADER]) == 64
-    assert (get, target) == ("GET", "/sync/v1/receipts?cursor=7&limit=100")
+    assert (get, target) == ("GET", "/sync/v1/receipts?cursor=7&limit=100&form=ranges")
     assert get_headers[codec.PROTOCOL_VERSION_HEADER] == codec.PROTOCOL_VERSION
     assert shore.counters.physical_bytes == len(body)
 

@@ -16,8 +16,10 @@ from tidesync.bootstrap.rules import LazyRuleReleases
 from tidesync.config import Config, ShoreConfig
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.rules.release import ReleasedRules
+from tidesync.ingress.answers import PostgresUploadAnswers
 from tidesync.ingress.auth import IdentitySource
 from tidesync.ingress.database import PostgresSyncDatabase, open_pool
+from tidesync.ingress.dictionaries import PostgresDictionaries
 from tidesync.ingress.heartbeats import PostgresHeartbeats
 from tidesync.ingress.inbox import PostgresInbox
 from tidesync.ingress.limits import Limits, RequestLimiter
@@ -89,7 +91,8 @@ def build_ingress(
 def ingress_settings(shore: ShoreConfig) -> IngressSettings:
     return IngressSettings(
         shore.max_compressed_bytes, shore.max_decompressed_bytes, shore.max_events_per_batch,
-        dt.timedelta(seconds=shore.request_window_seconds), shore.heartbeat_interval_seconds)
+        dt.timedelta(seconds=shore.request_window_seconds), shore.heartbeat_interval_seconds,
+        accept_wire_v2=shore.accept_wire_v2)
 
 
 def build_sync_tables(config: Config, sync_conninfo: str | None = None) -> SyncTables[Any]:
@@ -101,4 +104,5 @@ def build_sync_tables(config: Config, sync_conninfo: str | None = None) -> SyncT
     pool = open_pool(sync_conninfo or postgres_conninfo(store), shore.database_pool_size,
                      shore.database_timeout_seconds)
     return SyncTables(PostgresSyncDatabase(pool), PostgresNonceStore(pool), PostgresInbox(pool),
-                      PostgresReceiptsView(pool), PostgresHeartbeats(pool))
+                      PostgresReceiptsView(pool), PostgresHeartbeats(pool),
+                      PostgresDictionaries(pool), PostgresUploadAnswers(pool))

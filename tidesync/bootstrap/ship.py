@@ -3,21 +3,27 @@ queue consumer, state store, shore link and, with a business database, the downl
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 import ssl
 from pathlib import Path
 
+from tidesync.capture.settings import other_side_topics, sample_topic
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
-from tidesync.cdc.kafka import KafkaQueue, QueueSettings
+from tidesync.cdc.kafka import KafkaQueue, QueueSettings, QueueUnavailable
 from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.node import secret_from_text
-from tidesync.ship.batcher import BatchLimits
+from tidesync.ship.batcher import BatchLimits, BodyCompressor
 from tidesync.ship.client import ShipClient
 from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.consumer import QueueConsumer
+from tidesync.ship.dictionaries import BatchDictionaries, DictionaryLink
 from tidesync.ship.downlink import DownlinkSettings
 from tidesync.ship.remote_apply import DownlinkOnlyTables, ShipTargets
+from tidesync.ship.replay import ReplaySettings, ShipReplays
 from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
 from tidesync.ship.rules import MaskKeyFile, SchemaSource, ShipRules
 from tidesync.ship.state import SQLiteShipState
@@ -29,11 +35,16 @@ from tidesync.target.one_way_mysql import MySQLOneWayApplier
 from tidesync.target.one_way_sqlite import SQLiteOneWayApplier
 from tidesync.target.sqlite import SQLiteTargetApplier
 
+log = logging.getLogger(__name__)
 
-def client_settings(ship: ShipConfig) -> ClientSettings:
+
+def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
+                    ) -> ClientSettings:
+    """The client loop's settings; `compressor` makes the bodies of wire version 2."""
     return ClientSettings(
         node_id=ship.node_id, replay_epoch=ship.replay_epoch,
-        limits=BatchLimits(ship.batch_max_events, ship.batch_max_bytes, ship.zstd_level),
+        limits=BatchLimits(ship.batch_max_events, ship.batch_max_bytes, ship.zstd_level,
+                           wire_version=ship.wire_version, compressor=compressor),
         window_per_partition=ship.send_window_events,
         window_total=ship.send_window_total_events,
         max_open_per_partition=ship.max_open_per_partition,
@@ -44,6 +55,9 @@ def client_settings(ship: ShipConfig) -> ClientSettings:
         uplink_burst=float(ship.uplink_burst_bytes),
         probe_initial_seconds=float(ship.probe_interval_seconds),
         probe_max_seconds=float(ship.probe_max_interval_seconds),
+        uploads_in_flight=ship.uploads_in_flight,
+        upload_request_seconds=ship.upload_request_ms / 1000,
+        topic_refresh_interval=float(ship.topic_refresh_seconds),
     )
 
 
@@ -87,25 +101,75 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
         raise ValueError("ship.node_id is required")
     if not ship.kafka_bootstrap_servers:
         raise ValueError("ship.kafka_bootstrap_servers is required")
+    dictionaries = None
     if link is None:
         if not ship.secret:
             raise ValueError("ship.secret is required (the node's signing secret)")
-        link = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
+        http = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
                              clock=clock, timeout=float(ship.request_timeout_seconds),
                              ssl_context=ship_tls_context(ship),
                              keep_alive=float(ship.keep_alive_seconds))
+        link = http
+        if ship.wire_version >= 2 and ship.zstd_dictionary_bytes:
+            dictionaries = BatchDictionaries(ship.zstd_dictionary_bytes)
+            link = DictionaryLink(http, dictionaries, ship.node_id)
     state = SQLiteShipState(Path(ship.state_path), ship.node_id, ship.group_id, clock=clock)
     queue = KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, ship.group_id,
                                      ship.topic_pattern,
                                      dict(ship.kafka_consumer_options)))
+    warn_of_shore_topics(ship, queue)
     rules = ship_rules(ship, state, ship_target)
     consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch, rules)
-    client = ShipClient(client_settings(ship), consumer, state, link, clock=clock, rules=rules)
+    consumer.side = ship_replays(ship, state, rules)
+    client = ShipClient(client_settings(ship, dictionaries), consumer, state, link, clock=clock,
+                        rules=rules)
     if ship_target is not None and ship_target.enabled:
         client.enable_downlink(downlink_settings(ship), ShipTargets(
             target_applier(ship, ship_target), by_key_applier(ship, ship_target),
             DownlinkOnlyTables(lambda: rules.current.rules.rules)))
     return client
+
+
+def shore_topic_pattern(ship: ShipConfig) -> str:
+    """The topics of the shore's own capture (logical name = the shore's node id)."""
+    return rf"^{re.escape(sample_topic(ship.shore_node_id).removesuffix('db.table'))}"
+
+
+def shore_topic_warnings(ship: ShipConfig, topics: list[str]) -> list[str]:
+    """What to warn of when `ship.topic_pattern` would read the shore capture's topics: its
+    changes would go back up as this ship's."""
+    shore = shore_topic_pattern(ship)
+    warnings = []
+    if re.search(ship.topic_pattern, sample_topic(ship.shore_node_id)):
+        warnings.append(f"ship.topic_pattern {ship.topic_pattern!r} also matches the shore"
+                        f" capture's topics ({sample_topic(ship.shore_node_id)!r} …): on a"
+                        " broker the shore's capture writes to, exclude them")
+    found = other_side_topics(ship.topic_pattern, topics, shore)
+    if found:
+        shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
+        warnings.append(f"ship.topic_pattern matches {len(found)} topics of the shore's"
+                        f" capture: {shown}")
+    return warnings
+
+
+def warn_of_shore_topics(ship: ShipConfig, queue: KafkaQueue) -> None:
+    try:
+        topics = sorted({key.topic for key in queue.partitions()})
+    except QueueUnavailable:
+        topics = []  # the client reports an unreachable broker itself
+    for warning in shore_topic_warnings(ship, topics):
+        log.warning("%s", warning)
+
+
+def ship_replays(ship: ShipConfig, state: SQLiteShipState, rules: ShipRules) -> ShipReplays:
+    """Replays by range beside the consumer: each run reads under a consumer group of its own."""
+    def open_queue(group: str) -> KafkaQueue:
+        return KafkaQueue(QueueSettings(ship.kafka_bootstrap_servers, group, ship.topic_pattern,
+                                        dict(ship.kafka_consumer_options)))
+
+    return ShipReplays(state, open_queue,
+                       lambda epoch: normalizer_for(dataclasses.replace(ship, replay_epoch=epoch)),
+                       rules, ReplaySettings(float(ship.replay_rate_records_per_sec)))
 
 
 def ship_rules(ship: ShipConfig, state: SQLiteShipState,

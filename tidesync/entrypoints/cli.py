@@ -16,16 +16,18 @@ from tidesync.entrypoints import (
     nodes_cli,
     projections_cli,
     reconcile_cli,
+    replay_cli,
     rules_cli,
     ship_cli,
     shore_cli,
+    snapshot_cli,
     target_cli,
 )
 from tidesync.entrypoints.demo import main_entry
 from tidesync.entrypoints.inspect_cli import add_inspect_debezium_arguments
 
 COMMAND_MODULES = (shore_cli, conflicts_cli, nodes_cli, rules_cli, target_cli, reconcile_cli,
-                   ship_cli, projections_cli, console_cli)
+                   replay_cli, snapshot_cli, ship_cli, projections_cli, console_cli)
 """The modules that add subcommands, in the order `tidesync --help` lists them."""
 STORE_UNAVAILABLE = 75
 """Exit status when the event store cannot take a connection now (EX_TEMPFAIL: try again)."""

@@ -1,12 +1,14 @@
 """GET /sync/v1/receipts: a node's terminal event results, paged by a stable cursor.
 
-The cursor is the last `receipt.seq` a page returned; clients treat it as opaque text.
+The cursor is the last `receipt.seq` a page returned; clients treat it as opaque text. With
+`form=ranges` plain APPLIED results are named by offset ranges per source partition.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ from psycopg_pool import ConnectionPool
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.ranges import Stream, encode_ranges
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 500
@@ -24,6 +27,13 @@ _PAGE = (
     "SELECT seq, event_id, result, reason_code, conflict_id, result_revision, decided_at,"
     " source_topic, source_partition, source_position FROM receipt"
     " WHERE origin_node_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+_PAGE_WITH_EPOCH = (
+    "SELECT r.seq, r.event_id, r.result, r.reason_code, r.conflict_id, r.source_topic,"
+    " r.source_partition, r.source_position, e.replay_epoch FROM receipt r"
+    " LEFT JOIN inbox_event e ON e.origin_node_id = r.origin_node_id"
+    " AND e.event_id = r.event_id"
+    " WHERE r.origin_node_id = %s AND r.seq > %s ORDER BY r.seq LIMIT %s"
 )
 
 
@@ -58,7 +68,10 @@ class PostgresReceiptsView:
         rows = conn.execute(_PAGE, (node_id, after_seq, limit + 1)).fetchall()
         return _receipts_page(rows, after_seq, limit)
 
-
+    def _compact_page(self, conn: Connection, node_id: str, after_seq: int,
+                      limit: int) -> pb.ReceiptsPage:
+        rows = conn.execute(_PAGE_WITH_EPOCH, (node_id, after_seq, limit + 1)).fetchall()
+        return compact_receipts_page(rows, after_seq, limit)
 
 
 def _receipts_page(rows: Sequence[tuple[Any, ...]], after_seq: int,
@@ -91,3 +104,39 @@ _RESULT_CODES: dict[str, pb.EventResultCode] = {
 def result_code(result: str | None) -> pb.EventResultCode | None:
     """The wire code of a stored result text (None for no or an unknown result)."""
     return _RESULT_CODES.get(result) if result else None
+
+
+def compact_receipts_page(rows: Sequence[tuple[Any, ...]], after_seq: int,
+                          limit: int) -> pb.ReceiptsPage:
+    """The page of up to `limit` rows (one more was read to tell whether there are more).
+
+    A page never holds two results of one event: their order would be lost between the
+    ranges and the entries, so the later one starts the next page."""
+    page = pb.ReceiptsPage(has_more=len(rows) > limit)
+    applied: list[tuple[Stream, int]] = []
+    places: set[tuple[Stream, int]] = set()
+    events: set[uuid.UUID] = set()
+    last = after_seq
+    for (seq, event_id, result, reason, conflict_id, topic, partition, position,
+         epoch) in rows[:limit]:
+        if event_id in events:
+            page.has_more = True
+            break
+        events.add(event_id)
+        last = seq
+        where = (Stream(topic, partition, epoch or 0), position)
+        if result == "APPLIED" and not reason and epoch is not None and where not in places:
+            places.add(where)
+            applied.append(where)
+            continue
+        item = page.results.add(
+            event_id=event_id.bytes,
+            result=result_code(result) or pb.EVENT_RESULT_CODE_UNSPECIFIED,
+            reason_code=reason or "")
+        if conflict_id is not None:
+            item.conflict_id = conflict_id.bytes
+    strings, groups = encode_ranges(applied)
+    page.strings.extend(strings)
+    page.applied.extend(groups)
+    page.next_cursor = str(last)
+    return page

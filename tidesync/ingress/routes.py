@@ -30,6 +30,7 @@ from tidesync.domain.downlink_command import (
     parse_cursor,
 )
 from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.ingress.answers import BadBatchId, batch_id_from_path, compact_answer
 from tidesync.ingress.auth import (
     AuthError,
     AuthReason,
@@ -43,6 +44,7 @@ from tidesync.ingress.auth import (
     signed_request,
 )
 from tidesync.ingress.database import StoreUnavailable, UnstorableValue
+from tidesync.ingress.dictionaries import DictionaryCache
 from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
@@ -65,6 +67,7 @@ from tidesync.wire.codec import (
     WireError,
     WireReason,
 )
+from tidesync.wire.dictionaries import MAX_DICTIONARY_BYTES, dictionary_id, load_dictionary
 from tidesync.wire.protocol import ShapeTooLarge
 from tidesync.wire.signing import RESPONSE_SIGNATURE_HEADER, sign_response
 
@@ -72,6 +75,8 @@ log = logging.getLogger(__name__)
 
 PROTOBUF = "application/x-protobuf"
 HEARTBEAT_MAX_BYTES = 1 << 20
+DICTIONARY_BODY = MAX_DICTIONARY_BYTES + 4096
+"""Most bytes of a dictionary upload, compressed or not (a dictionary hardly compresses)."""
 STORE_RETRY_AFTER = 5
 _FRESH_AFTER_FAILURE = 1.0
 """A failed signature re-reads the node if its cached credentials are older than this (s)."""
@@ -90,6 +95,8 @@ class IngressReason(enum.StrEnum):
     DOWNLINK_UNAVAILABLE = "DOWNLINK_UNAVAILABLE"
     UNSTORABLE_VALUE = "UNSTORABLE_VALUE"
     BAD_RULE_REPORT = "BAD_RULE_REPORT"
+    BAD_BATCH_ID = "BAD_BATCH_ID"
+    BATCH_UNKNOWN = "BATCH_UNKNOWN"
     TOO_MANY_RULE_REPORTS = "TOO_MANY_RULE_REPORTS"
 
 
@@ -111,6 +118,8 @@ class IngressSettings:
     max_events_per_batch: int
     window: dt.timedelta
     heartbeat_interval_seconds: int
+    accept_wire_v2: bool = True
+    """False: refuse column-wise batches and zstd dictionaries as a shore of major 1 does."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,7 @@ class Ingress:
         self.offer = offer or RuleOffer(NoReleasedRules())
         self.downlink: DownlinkApi | None = None
         self.downlink_refusal = "the downlink is not configured on this server"
+        self.dictionaries = DictionaryCache(tables.dictionaries if tables else None)
 
     def use_downlink(self, downlink: DownlinkApi | None, refusal: str = "") -> None:
         """Serve the command endpoints from `downlink`; None answers them 503 with
@@ -165,8 +175,12 @@ class Ingress:
         heartbeat = min(max_batch, HEARTBEAT_MAX_BYTES)
         return [
             Route("/sync/v1/batches", self._endpoint(self._upload, max_batch), methods=["POST"]),
+            Route("/sync/v1/batches/{batch_id}", self._endpoint(self._batch_fate, 0),
+                  methods=["GET"]),
             Route("/sync/v1/receipts", self._endpoint(self._receipts, 0), methods=["GET"]),
             Route("/sync/v1/heartbeat", self._endpoint(self._heartbeat, heartbeat),
+                  methods=["POST"]),
+            Route("/sync/v1/dictionaries", self._endpoint(self._dictionary, DICTIONARY_BODY),
                   methods=["POST"]),
             Route("/sync/v1/config", self._endpoint(self._config, 0), methods=["GET"]),
             Route("/sync/v1/commands", self._endpoint(self._commands, 0), methods=["GET"]),
@@ -193,10 +207,61 @@ class Ingress:
     def _upload(self, call: Call) -> Store:
         raw, batch = codec.open_batch(call.body, self.settings.max_compressed_bytes,
                                       self.settings.max_decompressed_bytes,
-                                      max_events=self.settings.max_events_per_batch)
+                                      max_events=self.settings.max_events_per_batch,
+                                      dictionaries=self.dictionaries.lookup(call.node_id),
+                                      accept_v2=self.settings.accept_wire_v2)
         _check_sender(batch.node_id, call)
-        inbox = self._tables().inbox
-        return lambda conn: inbox._receive(conn, call.node_id, raw, batch, call.now)
+        tables = self._tables()
+        inbox, answers = tables.inbox, tables.answers
+        ranges = call.request.query_params.get("answer") == "ranges"
+
+        def store(conn: Any) -> Message:
+            full = inbox._receive(conn, call.node_id, raw, batch, call.now)
+            compact = compact_answer(batch, full)
+            if answers is not None and len(batch.batch_id) == 16:
+                # Kept in the receiving transaction: an answer exists iff the batch is in.
+                answers._remember(conn, call.node_id, batch.batch_id, compact, call.now)
+            return compact if ranges else full
+        return store
+
+    def _batch_fate(self, call: Call) -> Store:
+        """What the shore answered one of the node's batches (kept a few days), or 404
+        BATCH_UNKNOWN: then the batch never arrived (or too long ago) and is sent again."""
+        codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
+        try:
+            batch_id = batch_id_from_path(call.request.path_params.get("batch_id", ""))
+        except BadBatchId as error:
+            raise IngressError(400, IngressReason.BAD_BATCH_ID, str(error)) from None
+        answers = self._tables().answers
+
+        def recall(conn: Any) -> Message:
+            answer = (None if answers is None
+                      else answers._recall(conn, call.node_id, batch_id, call.now))
+            if answer is None:
+                raise IngressError(404, IngressReason.BATCH_UNKNOWN,
+                                   "no answer to this batch is known")
+            return answer
+        return recall
+
+    def _dictionary(self, call: Call) -> Store:
+        """Keep a zstd dictionary the node trained; answer its id (computed here)."""
+        store = self._tables().dictionaries
+        if store is None or not self.settings.accept_wire_v2:
+            refusal = UnsupportedProtocol("this server takes no zstd dictionaries")
+            refusal.supported = (codec.PROTOCOL_VERSION,)
+            raise refusal
+        message = codec.decompress_message(call.body, pb.WireDictionary,
+                                           max_compressed=DICTIONARY_BODY,
+                                           max_decompressed=DICTIONARY_BODY)
+        _check_sender(message.node_id, call)
+        content = bytes(message.dictionary)
+        name = dictionary_id(content)
+        self.dictionaries.put(call.node_id, name, load_dictionary(content))
+
+        def keep(conn: Any) -> Message:
+            store._keep(conn, call.node_id, name, content, call.now)
+            return pb.WireDictionaryResponse(dictionary_id=name)
+        return keep
 
     def _receipts(self, call: Call) -> Store:
         codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
@@ -206,6 +271,8 @@ class Ingress:
         except BadPageRequest as error:
             raise IngressError(400, IngressReason.BAD_CURSOR, str(error)) from None
         receipts = self._tables().receipts
+        if params.get("form") == "ranges":
+            return lambda conn: receipts._compact_page(conn, call.node_id, after, limit)
         return lambda conn: receipts._page(conn, call.node_id, after, limit)
 
     def _heartbeat(self, call: Call) -> Store:
@@ -421,7 +488,9 @@ def _error_answer(error: Exception, request: Request, request_id: str,
                             request_id=request_id, server_time_micros=_micros(now))
     if status == 426 or reason in (WireReason.UNSUPPORTED_PROTOCOL,
                                    WireReason.MALFORMED_PROTOCOL_VERSION):
-        body.supported_protocol_versions.extend(codec.SUPPORTED_PROTOCOL_VERSIONS)
+        body.supported_protocol_versions.extend(
+            error.supported if isinstance(error, UnsupportedProtocol)
+            else codec.SUPPORTED_PROTOCOL_VERSIONS)
     headers: dict[str, str] = {}
     if retry_after is not None:
         body.retry_after_seconds = retry_after
@@ -468,6 +537,8 @@ def _wire_status(error: WireError) -> int:
         error.reason is WireReason.UNSUPPORTED_PROTOCOL
     ):
         return 426
+    if error.reason is WireReason.UNKNOWN_DICTIONARY:
+        return 409
     return 400
 
 

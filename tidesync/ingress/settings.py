@@ -38,3 +38,14 @@ class ShoreHttpSettings:
         if self.keep_alive_seconds < 1:
             return ["shore.keep_alive_seconds: must be >= 1"]
         return []
+
+
+@dataclass(frozen=True)
+class ShoreWireSettings:
+    """Which upload formats the server takes."""
+
+    # Column-wise upload batches (protocol major 2) and the zstd dictionaries ships train.
+    # false: refuse both as a server of major 1 does (426 UNSUPPORTED_PROTOCOL, naming "1.0");
+    # ships then send major 1 without dictionaries. For a staged rollout, or to rule the
+    # newer format out while investigating a problem.
+    accept_wire_v2: bool = True

@@ -1,7 +1,9 @@
 """The send window and the batcher: events awaiting upload, cut into upload batches (§9.3, §13.2).
 
-Batches hold ≤ 500 events or ≤ 4 MiB before compression, prefer one rule and source partition,
-and keep each partition's events in offset order (one key lives in one partition).
+A batch holds as many events as fit the byte budget the upload pipeline gives it (about a second
+of link time, see `tidesync.ship.pace`), within ≤ 10 000 events and ≤ 4 MiB before compression;
+it prefers one rule and source partition and keeps each partition's events in offset order (one
+key lives in one partition).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.change_event import ChangeEvent
@@ -18,15 +21,24 @@ from tidesync.ship.state.intake import rule_of
 from tidesync.wire import codec
 
 
+class BodyCompressor(Protocol):
+    """Compresses a serialized column-wise batch into its body (e.g. with a zstd dictionary
+    the shore holds)."""
+
+    def compress(self, raw: bytes, level: int) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class BatchLimits:
-    max_events: int = 500
+    max_events: int = 10_000
     max_bytes: int = 4 * 1024 * 1024
     level: int = codec.DEFAULT_LEVEL
     include_before: bool = True
     wire_version: int = 2
     """2: column-wise batches (UploadBatchV2, before values only where a conflict can be
     recorded); 1: UploadBatch, for a shore that only speaks major 1."""
+    compressor: BodyCompressor | None = None
+    """Compresses bodies of wire version 2 (None: plain zstd)."""
 
     def __post_init__(self) -> None:
         if self.max_events < 1 or self.max_bytes < 1:
@@ -51,6 +63,8 @@ class OutgoingBatch:
     events: tuple[ChangeEvent, ...]
     body: bytes
     uncompressed_bytes: int
+    wire_version: int = 1
+    """The upload format of `body` (1: UploadBatch, 2: UploadBatchV2)."""
 
     @property
     def event_ids(self) -> list[uuid.UUID]:
@@ -70,6 +84,8 @@ class SendWindow:
         self._where: dict[uuid.UUID, PartitionKey] = {}
         self._in_flight: set[uuid.UUID] = set()
         self._turn = 0
+        self.bytes = 0
+        """The summed size estimates of the events held."""
 
     def add(self, events: Iterable[ChangeEvent], sizes: dict[uuid.UUID, int] | None = None
             ) -> None:
@@ -81,6 +97,7 @@ class SendWindow:
             size = (sizes or {}).get(event.event_id) or 1024
             self._partitions.setdefault(key, OrderedDict())[event.event_id] = Pending(event, size)
             self._where[event.event_id] = key
+            self.bytes += size
 
     def discard(self, event_ids: Iterable[uuid.UUID]) -> None:
         for event_id in event_ids:
@@ -88,7 +105,7 @@ class SendWindow:
             self._in_flight.discard(event_id)
             if key is not None:
                 pending = self._partitions[key]
-                del pending[event_id]
+                self.bytes -= pending.pop(event_id).size
                 if not pending:
                     del self._partitions[key]
 
@@ -134,10 +151,23 @@ class SendWindow:
             if pending.event.event_id not in self._in_flight and pending.not_before <= now:
                 yield pending
 
-    def take(self, now: float, limits: BatchLimits) -> list[ChangeEvent]:
-        """Due events up to the limits, marked in flight. Partitions take turns as the head
-        of a batch (none starves); the head's rule is preferred when topping up from other
-        partitions; each partition's events keep their offset order."""
+    def estimate(self, event_ids: Iterable[uuid.UUID]) -> int:
+        """The summed size estimates of held events."""
+        total = 0
+        for event_id in event_ids:
+            key = self._where.get(event_id)
+            if key is not None:
+                total += self._partitions[key][event_id].size
+        return total
+
+    def take(self, now: float, limits: BatchLimits, budget: int | None = None
+             ) -> list[ChangeEvent]:
+        """Due events up to the limits (and `budget` bytes of size estimates), marked in
+        flight. Partitions take turns as the head of a batch (none starves); the head's rule
+        is preferred when topping up from other partitions; each partition's events keep
+        their offset order."""
+        max_bytes = limits.max_bytes if budget is None else max(1, min(limits.max_bytes,
+                                                                       budget))
         keys = sorted(self._partitions)
         start = self._turn % len(keys) if keys else 0
         heads: dict[PartitionKey, ChangeEvent] = {}
@@ -156,7 +186,7 @@ class SendWindow:
         for key in [order[0], *ranked]:
             for pending in self._due(now, key):
                 if chosen and (len(chosen) >= limits.max_events
-                               or size + pending.size > limits.max_bytes):
+                               or size + pending.size > max_bytes):
                     self._in_flight.update(event.event_id for event in chosen)
                     return chosen
                 chosen.append(pending.event)
@@ -183,8 +213,11 @@ def build_batch(events: list[ChangeEvent], node_id: str, created_at: dt.datetime
                            else codec.BeforeValues.NONE))
         raw = codec.serialize_batch(message)
         if len(raw) <= limits.max_bytes or len(events) == 1:
-            body = codec.compress_bytes(raw, limits.level)
-            return OutgoingBatch(batch_id, tuple(events), body, len(raw)), left
+            body = (limits.compressor.compress(raw, limits.level)
+                    if limits.compressor is not None and limits.wire_version >= 2
+                    else codec.compress_bytes(raw, limits.level))
+            return OutgoingBatch(batch_id, tuple(events), body, len(raw),
+                                 limits.wire_version), left
         # Keep the share that fits by bytes, less a tenth for the name table's growth.
         keep = max(1, min(len(events) - 1, len(events) * limits.max_bytes * 9 // (len(raw) * 10)))
         events, left = events[:keep], events[keep:] + left

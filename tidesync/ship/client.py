@@ -1,7 +1,9 @@
 """The ship client loop: consume → state → batch → upload → receipts → queue commit.
 
-One thread; nothing in it sleeps on the link: retries are scheduled and the queue keeps being
-read meanwhile. Memory stays bounded by the send window, whatever the queue's backlog.
+One thread owns the state; nothing in it sleeps on the link: uploads run side by side on the
+upload pipeline's threads (`tidesync.ship.uploader`), whose answers this thread applies, and
+retries are scheduled while the queue keeps being read. Memory stays bounded by the send
+window, whatever the queue's backlog.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from types import FrameType
 
 from tidesync.cdc.kafka import (
@@ -21,27 +22,17 @@ from tidesync.cdc.kafka import (
     QueueUnavailable,
 )
 from tidesync.domain.backoff import Backoff
-from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.clock import Clock, Monotonic, utc_now
-from tidesync.domain.token_bucket import TokenBucket
-from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
+from tidesync.ship.batcher import SendWindow
 from tidesync.ship.client_settings import ClientSettings, PeriodicTimer
 from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.resend import QueueResender
 from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
-from tidesync.ship.shore_answers import (
-    ClientReason,
-    encodable,
-    receive_answer,
-    terminal_results,
-)
+from tidesync.ship.shore_answers import applied_ranges, terminal_results
 from tidesync.ship.state import (
-    EventState,
     Progress,
-    ReceiveAnswer,
-    ReceiveOutcome,
     SQLiteShipState,
     StateReason,
     StateStoreError,
@@ -67,15 +58,18 @@ from tidesync.ship.transport import (
     ShoreLink,
     link_is_down,
 )
+from tidesync.ship.uploader import UploadPipeline
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.protocol import WireReason
+from tidesync.wire.protocol import WireError
 
 log = logging.getLogger(__name__)
 
 
 _MAX_RECEIPT_PAGES = 20
 _QUEUE_RETRY_SECONDS = 1.0
+_ANSWER_POLL_SECONDS = 0.02
+"""How long the queue is polled while uploads are in flight: their answers are applied soon."""
 _CLOCK_SKEW_NOTICE = dt.timedelta(minutes=1)
 """A clock further than this from the shore's is reported in the transport's health."""
 
@@ -99,7 +93,6 @@ class ShipClient:
         self.rng = rng or random.SystemRandom()
         self.backoff = Backoff()
         self.window = SendWindow()
-        self.wire_version = settings.limits.wire_version
         self.health = HealthBoard()
         # The first success after an outage resets every request's schedule (not the identity
         # probe's: that one waits for the shore, not the link).
@@ -117,13 +110,13 @@ class ShipClient:
         self.commits = PeriodicTimer(settings.commit_interval)
         self.meter = ThroughputMeter(clock())
         self.node_blocked: tuple[str, str] | None = None
-        self.batch_events = settings.limits.max_events
-        self.bucket = (TokenBucket.full(settings.uplink_rate, settings.uplink_burst, monotonic())
-                       if settings.uplink_rate > 0 else None)
+        self.uploads = UploadPipeline(
+            settings, state, self.window, link, self.upload_retry, self,
+            backoff=self.backoff, random=self.rng.random, clock=clock,
+            monotonic=lambda: self.monotonic())
         self.awaiting = state.awaiting_receipts()
         self.more_receipts = self.awaiting > 0
         self.stop_event = threading.Event()
-        self.uploaded_batches = 0
         self._watermarks: dict[PartitionKey, Watermark] = {}
         self._queue_down: str | None = None
         self._blocked_dirty = True
@@ -197,7 +190,7 @@ class ShipClient:
             return True
         if self._queue_down is not None or not self.consumer.caught_up() or self.awaiting:
             return False
-        if self.window.has_due(float("inf")) or self.more_receipts:
+        if self.window.has_due(float("inf")) or self.uploads.busy() or self.more_receipts:
             return False
         if self.downlink is not None and not self.downlink.idle():
             return False
@@ -228,10 +221,12 @@ class ShipClient:
 
     def _intake(self) -> None:
         self.consumer.set_paused(self._full_partitions())
-        busy = self.window.has_due(self.monotonic()) and self._may_upload()
+        now = self.monotonic()
+        wait = (0.0 if self.uploads.can_send(now, self.node_blocked is not None)
+                else min(self.settings.idle_poll_seconds, _ANSWER_POLL_SECONDS)
+                if self.uploads.flights else self.settings.idle_poll_seconds)
         try:
-            recorded = self.consumer.poll(self.settings.poll_records,
-                                          0.0 if busy else self.settings.idle_poll_seconds)
+            recorded = self.consumer.poll(self.settings.poll_records, wait)
         except QueueUnavailable as error:
             self._queue_unavailable(error)
             return
@@ -248,7 +243,8 @@ class ShipClient:
         self._update_queue_health()
 
     def _full_partitions(self) -> set[PartitionKey]:
-        if len(self.window) >= self.settings.window_total:
+        if (len(self.window) >= self.settings.window_total
+                or self.window.bytes >= self.settings.window_bytes):
             return set(self.consumer.partitions)
         watermarks = self._current_watermarks()
         return {key for key in self.consumer.partitions
@@ -294,76 +290,22 @@ class ShipClient:
         return self.node_blocked is None and self.upload_retry.due(self.monotonic())
 
     def _upload(self) -> None:
-        now = self.monotonic()
-        if not self._may_upload() or not self.window.has_due(now):
-            return
-        limits = BatchLimits(self.batch_events, self.settings.limits.max_bytes,
-                             self.settings.limits.level, self.settings.limits.include_before,
-                             self.wire_version)
-        events = self.window.take(now, limits)
-        try:
-            batch, left = build_batch(events, self.settings.node_id, self.clock(), limits)
-        except (ValueError, TypeError):
-            self._block_unencodable(events)
-            return
-        self.window.release(event.event_id for event in left)
-        if not self._spend(len(batch.body), now):
-            self.window.release(batch.event_ids)
-            return
-        self.state.mark(batch.event_ids, EventState.IN_FLIGHT)
-        try:
-            response = self.link.upload(batch)
-        except LinkError as error:
-            self._upload_failed(batch, error)
-            return
-        self.upload_retry.succeeded()
-        self.batch_events = self.settings.limits.max_events
-        self.uploaded_batches += 1
-        self._answered(batch, response)
+        self.uploads.step(blocked=self.node_blocked is not None)
+
+    # The pipeline's hooks (PipelineHooks).
+
+    def moved(self, progress: Progress) -> None:
+        self._moved(progress)
+
+    def set_health(self, subsystem: Subsystem, state: HealthState, reason: str = "",
+                   detail: str = "") -> None:
+        self._set_health(subsystem, state, reason, detail)
+
+    def block_node(self, error: LinkError) -> None:
+        self._block_node(error)
+
+    def transport_healthy(self) -> None:
         self._transport_healthy()
-
-    def _spend(self, wire_bytes: int, now: float) -> bool:
-        """Take the batch's compressed size from the uplink token bucket, or wait for it."""
-        if self.bucket is None:
-            return True
-        take = self.bucket.take(wire_bytes, now)
-        self.bucket = take.bucket
-        if not take.granted:
-            self.upload_retry.not_before = now + take.retry_after
-        return take.granted
-
-    def _block_unencodable(self, events: list[ChangeEvent]) -> None:
-        """An event the wire cannot carry blocks alone; the rest of the batch goes on."""
-        bad = [event.event_id for event in events if not encodable(event)]
-        self.window.release(event.event_id for event in events)
-        progress = self.state.apply_answers([ReceiveAnswer(
-            event_id, ReceiveOutcome.PERMANENT_REJECTED, ClientReason.UNENCODABLE_EVENT,
-            "the event cannot be encoded for the wire") for event_id in bad])
-        self._moved(progress)
-        log.error("%d events cannot be encoded and are blocked", len(bad))
-
-    def _answered(self, batch: OutgoingBatch, response: pb.UploadBatchResponse) -> None:
-        answers = [receive_answer(status) for status in response.statuses]
-        progress = self.state.apply_answers(answers)
-        unanswered = set(batch.event_ids) - {answer.event_id for answer in answers}
-        self._moved(progress)
-        self._retry_events(progress.retry | unanswered)
-        if progress.blocked:
-            log.warning("shore rejected %d events of batch %s", len(progress.blocked),
-                        batch.batch_id)
-        log.info("batch %s: %d events, %d bytes compressed; received %d, terminal %d,"
-                 " retry %d, rejected %d", batch.batch_id, len(batch.events), len(batch.body),
-                 len(progress.received), len(progress.terminal), len(progress.retry),
-                 len(progress.blocked))
-
-    def _retry_events(self, event_ids: set[uuid.UUID]) -> None:
-        if not event_ids:
-            return
-        now = self.monotonic()
-        for event_id in event_ids:
-            attempt = self.window.attempts(event_id) + 1
-            self.window.defer([event_id], now + self.backoff.delay(attempt, self.rng.random()))
-        self.state.mark(event_ids, EventState.RETRY_WAIT)
 
     def _moved(self, progress: Progress) -> None:
         """Events whose state moved leave the window; receipts are awaited for received ones."""
@@ -371,44 +313,16 @@ class ShipClient:
         if progress.blocked:
             self._blocked_dirty = True
         if progress.received:
+            # Receipts stay off the uploads' way: while a backlog lasts they are asked at the
+            # receipts interval only (a request on this thread holds up the next batch).
+            now = self.monotonic()
             self.more_receipts = True
+            if not self.uploads.backlog(now):
+                self.receipts.due_within(now, self.settings.receipts_after_upload)
         if progress.received or progress.terminal:
             self.awaiting = self.state.awaiting_receipts()
         self.meter.confirmed_bytes += progress.terminal_bytes
         self._watermarks.clear()
-
-    def _upload_failed(self, batch: OutgoingBatch, error: LinkError) -> None:
-        ids = batch.event_ids
-        if error.disposition is Disposition.SPLIT and len(ids) > 1:
-            self.batch_events = max(1, len(ids) // 2)
-            self.window.release(ids)
-            self.state.mark(ids, EventState.READY)
-            return
-        if error.disposition is Disposition.SPLIT:
-            progress = self.state.apply_answers([ReceiveAnswer(
-                ids[0], ReceiveOutcome.PERMANENT_REJECTED, ClientReason.PAYLOAD_TOO_LARGE,
-                f"one event of {batch.uncompressed_bytes} bytes exceeds the shore's limit")])
-            self._moved(progress)
-            return
-        self.window.release(ids)
-        if error.reason == WireReason.UNSUPPORTED_PROTOCOL and self.wire_version > 1:
-            # A shore of protocol major 1 only: the same events go again as UploadBatch.
-            self.wire_version = 1
-            self.state.mark(ids, EventState.READY)
-            log.warning("the shore does not take upload batches of major 2; sending major 1")
-            return
-        if error.disposition is Disposition.BLOCK_NODE:
-            self.state.mark(ids, EventState.READY)
-            self._block_node(error)
-            return
-        self.state.mark(ids, EventState.RETRY_WAIT)
-        delay = self.upload_retry.failed(self.monotonic(), error.retry_after,
-                                         link_down=link_is_down(error))
-        state = HealthState.OFFLINE if isinstance(error, LinkDown) or (
-            error.status is not None and error.status >= 500) else HealthState.DEGRADED
-        self._set_health(Subsystem.TRANSPORT, state, error.reason, str(error)[:200])
-        log.warning("upload of batch %s failed (%s); retry %d in %.1f s", batch.batch_id,
-                    error.reason, self.upload_retry.attempt, delay)
 
     def _block_node(self, error: LinkError) -> None:
         self.node_blocked = (error.reason, str(error)[:300])
@@ -457,24 +371,36 @@ class ShipClient:
     def _pull_receipts(self) -> None:
         now = self.monotonic()
         # Rejected events keep receipts coming: the shore may replay or skip them later.
+        # While uploads have a backlog, one page per receipts interval: each request here
+        # holds up the next batch.
         if (self.node_blocked is not None or not self.receipts_retry.due(now)
-                or not (self.more_receipts or self.receipts.due(now))
+                or not self.receipts.due(now)
                 or not (self.awaiting or self.state.receipts.shore_rejections())):
             return
         self.receipts.done(now)
         self.more_receipts = False
-        for _ in range(_MAX_RECEIPT_PAGES):
+        backlog = self.uploads.backlog(now)
+        for _ in range(1 if backlog else _MAX_RECEIPT_PAGES):
             try:
                 page = self.link.receipts(self.state.cursor(), self.settings.receipts_page_size)
             except LinkError as error:
                 self._request_failed(self.receipts_retry, error, "receipts")
                 return
+            try:
+                applied = applied_ranges(page)
+            except WireError as error:
+                self._request_failed(self.receipts_retry, LinkDown(
+                    LinkReason.BAD_RESPONSE, f"unreadable receipts: {error}"), "receipts")
+                return
             self.receipts_retry.succeeded()
             cursor = page.next_cursor or self.state.cursor()
-            self._moved(self.state.apply_receipts(terminal_results(page), cursor))
+            self._moved(self.state.receipts.apply_receipts(terminal_results(page), cursor,
+                                                           applied))
             if not page.has_more:
                 return
         self.more_receipts = True
+        if not backlog:
+            self.receipts.due_within(now, 0.0)
 
     def _request_failed(self, schedule: RetrySchedule, error: LinkError, what: str) -> None:
         if error.disposition is Disposition.BLOCK_NODE:
@@ -512,7 +438,9 @@ class ShipClient:
                 or not self.config_retry.due(now)):
             return
         try:
-            applied = rules.apply_config(self.link.config(), self.clock())
+            config = self.link.config()
+            self.uploads.shore_limits(config.control)
+            applied = rules.apply_config(config, self.clock())
         except LinkError as error:
             delay = self.config_retry.failed(now, error.retry_after,
                                              link_down=link_is_down(error))
@@ -587,6 +515,7 @@ class ShipClient:
                 self.state.set_health([entry])
 
     def close(self) -> None:
+        self.uploads.close()
         close = getattr(self.link, "close", None)
         if close is not None:
             close()

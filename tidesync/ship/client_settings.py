@@ -14,16 +14,27 @@ class ClientSettings:
     node_id: str
     replay_epoch: int = 0
     limits: BatchLimits = field(default_factory=BatchLimits)
-    window_per_partition: int = 1000
-    window_total: int = 5000
+    window_per_partition: int = 10_000
+    window_total: int = 20_000
+    window_bytes: int = 16 * 1024 * 1024
+    """Most bytes (queue record sizes) the window holds: large rows pause reading sooner."""
     max_open_per_partition: int = 100_000
     poll_records: int = 500
     receipts_page_size: int = 500
     receipts_interval: float = 5.0
+    # After an upload the shore answered RECEIVED, receipts are asked at most this soon (the
+    # shore applies first): never one receipts request per upload.
+    receipts_after_upload: float = 1.0
     heartbeat_interval: float = 60.0
-    topic_refresh_interval: float = 30.0
+    topic_refresh_interval: float = 5.0
     commit_interval: float = 1.0
     idle_poll_seconds: float = 0.2
+    # Uploads side by side (each on its own connection; keep below the shore's
+    # node_max_concurrent_requests, which the ship's other requests share), and the link time
+    # one upload request aims at (its size follows the measured goodput).
+    uploads_in_flight: int = 2
+    upload_request_seconds: float = 1.0
+    upload_initial_bytes: int = 64 * 1024
     uplink_rate: float = 0.0
     uplink_burst: float = 1024 * 1024
     # While requests get no answer, the link is probed this often, doubling up to the max.
@@ -43,3 +54,7 @@ class PeriodicTimer:
 
     def done(self, now: float) -> None:
         self.next_at = now + self.interval
+
+    def due_within(self, now: float, seconds: float) -> None:
+        """Make the action due `seconds` from now at the latest (earlier if it already is)."""
+        self.next_at = min(self.next_at, now + seconds)

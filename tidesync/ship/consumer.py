@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
 from tidesync.cdc.kafka import (
@@ -44,6 +45,15 @@ class PartitionProgress:
     blocked_reason: str | None = None
 
 
+class SideReader(Protocol):
+    """Reads records of its own beside the consumer (a replay by range): `poll` adds what it
+    recorded to the consumer's poll, except for partitions paused by a full window."""
+
+    def poll(self, into: Recorded, paused: Set[PartitionKey]) -> None: ...
+
+    def caught_up(self) -> bool: ...
+
+
 class QueueConsumer:
     """Reads assigned partitions, normalizes each record and records the outcome durably.
 
@@ -63,13 +73,16 @@ class QueueConsumer:
         self.filtered = 0
         self.bidirectional = normalizer.settings.bidirectional_tables
         self.partitions: dict[PartitionKey, PartitionProgress] = {}
+        self.side: SideReader | None = None
 
     def refresh(self) -> list[PartitionKey]:
         """Assign partitions not yet assigned (new topics appear over time); returns them."""
         new = [key for key in self.queue.partitions() if key not in self.partitions]
         if not new:
             return []
-        resumes = {key: self.state.start_partition(key, self.replay_epoch) for key in new}
+        resumes = {key: self.state.start_partition(key, self.replay_epoch,
+                                                   self.queue.first_offset)
+                   for key in new}
         committed = self.queue.committed([k for k, wm in resumes.items() if wm is None])
         starts: dict[PartitionKey, int | None] = {}
         for key in new:
@@ -96,7 +109,10 @@ class QueueConsumer:
         for key, end in polled.at_end.items():
             self.partitions.setdefault(key, PartitionProgress()).at_end = True
             log.debug("partition %s/%d at its end %d", key.topic, key.partition, end)
-        return self.state.record(items, self.replay_epoch) if items else Recorded()
+        recorded = self.state.record(items, self.replay_epoch) if items else Recorded()
+        if self.side is not None:
+            self.side.poll(recorded, {key for key, p in self.partitions.items() if p.paused})
+        return recorded
 
     def _consumed(self, record: KafkaRecord) -> Consumed:
         outcome = self.normalizer.normalize(record)
@@ -175,7 +191,8 @@ class QueueConsumer:
     def caught_up(self) -> bool:
         """Every consumable partition has been read to its end."""
         return all(p.at_end for p in self.partitions.values()
-                   if p.blocked_reason is None and not p.paused)
+                   if p.blocked_reason is None and not p.paused) and (
+            self.side is None or self.side.caught_up())
 
     def blocked_partitions(self) -> dict[PartitionKey, str]:
         return {key: p.blocked_reason for key, p in self.partitions.items()

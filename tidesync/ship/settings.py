@@ -40,6 +40,13 @@ class ShipLinkSettings:
     # waiting request due at once.
     probe_interval_seconds: int = 1
     probe_max_interval_seconds: int = 30
+    # Uploads side by side, each on its own connection. Keep it below the shore's
+    # `[shore] node_max_concurrent_requests` (4 by default): the ship's other requests
+    # (receipts, heartbeats, commands) need a slot too.
+    uploads_in_flight: int = 2
+    # The link time one upload request aims at; its size follows the goodput the ship
+    # measures, so an interrupted request costs about this much link time.
+    upload_request_ms: int = 1000
 
     def link_problems(self) -> list[str]:
         problems = [f"ship.{name}: must be >= 1" for name in (
@@ -47,7 +54,25 @@ class ShipLinkSettings:
             if getattr(self, name) < 1]
         if self.probe_max_interval_seconds < self.probe_interval_seconds:
             problems.append("ship.probe_max_interval_seconds: must be >= probe_interval_seconds")
+        if not 1 <= self.uploads_in_flight <= 8:
+            problems.append("ship.uploads_in_flight: must be 1..8")
+        if not 100 <= self.upload_request_ms <= 60_000:
+            problems.append("ship.upload_request_ms: must be 100..60000")
         return problems
+
+
+@dataclass(frozen=True)
+class ShipQueueSettings:
+    """How the client finds the queue's topics."""
+
+    # How often the broker is asked for new topics (a table enabled and captured for the first
+    # time gets its topic then): the longest a new table waits before it is read.
+    topic_refresh_seconds: int = 5
+
+    def queue_problems(self) -> list[str]:
+        if not 1 <= self.topic_refresh_seconds <= 3600:
+            return ["ship.topic_refresh_seconds: must be 1..3600"]
+        return []
 
 
 @dataclass(frozen=True)
@@ -64,3 +89,37 @@ class ShipRulesSettings:
         if self.rules_mask_key_file:
             return Path(self.rules_mask_key_file).absolute()
         return (Path(state_path).parent / "ship-rules-mask.key").absolute()
+
+
+@dataclass(frozen=True)
+class ShipReplaySettings:
+    """Replays by range (`tidesync replay`): how fast the client reads a range again."""
+
+    # Records read per second while a range is replayed (a token bucket); ordinary changes
+    # keep flowing beside it. The events still pass the uplink limit like any others.
+    replay_rate_records_per_sec: int = 200
+
+    def replay_problems(self) -> list[str]:
+        if not 1 <= self.replay_rate_records_per_sec <= 1_000_000:
+            return ["ship.replay_rate_records_per_sec: must be 1..1000000"]
+        return []
+
+
+@dataclass(frozen=True)
+class ShipWireSettings:
+    """The upload format (see "Wire format" in docs/ship.md)."""
+
+    # 2: column-wise batches (UploadBatchV2), falling back to 1 by itself when the shore
+    # answers that it takes major 1 only; 1: pin the older UploadBatch.
+    wire_version: int = 2
+    # Largest zstd dictionary the client trains on its own recent batches and uses while it
+    # measurably makes batches smaller (wire version 2 only); 0: no dictionaries.
+    zstd_dictionary_bytes: int = 16 * 1024
+
+    def wire_problems(self) -> list[str]:
+        problems = []
+        if self.wire_version not in (1, 2):
+            problems.append("ship.wire_version: must be 1 or 2")
+        if self.zstd_dictionary_bytes and not 1024 <= self.zstd_dictionary_bytes <= 65536:
+            problems.append("ship.zstd_dictionary_bytes: must be 0 or 1024..65536")
+        return problems

@@ -1,16 +1,19 @@
-"""The shore's answers read into the state store's terms: per-event upload statuses and receipt
-results, and the rejections the client itself gives events the shore can never take.
+"""The shore's answers read into the state store's terms: upload statuses (per event, or events
+RECEIVED named by offset ranges) and receipt results, and the rejections the client itself
+gives events the shore can never take.
 """
 
 from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.ship.state.receipts import ReceiveAnswer, ReceiveOutcome, TerminalResult
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.ranges import OffsetRanges, Stream, decode_ranges
 
 _RECEIVE_OUTCOMES = {pb.RECEIVED: ReceiveOutcome.RECEIVED,
                      pb.RETRYABLE_FAILURE: ReceiveOutcome.RETRYABLE_FAILURE,
@@ -44,3 +47,29 @@ def terminal_results(page: pb.ReceiptsPage) -> list[TerminalResult]:
     return [TerminalResult(uuid.UUID(bytes=r.event_id), pb.EventResultCode.Name(r.result),
                            r.reason_code)
             for r in page.results if len(r.event_id) == 16]
+
+
+def batch_answers(events: Sequence[ChangeEvent], response: pb.UploadBatchResponse
+                  ) -> list[ReceiveAnswer]:
+    """The answers to a batch of `events`: its per-event statuses, and RECEIVED for each of
+    its events the ranges name (raises WireError for ranges that cannot be read)."""
+    answers = [receive_answer(status) for status in response.statuses]
+    if not response.received:
+        return answers
+    ranges = decode_ranges(response.strings, response.received)
+    named = {answer.event_id for answer in answers}
+    for event in events:
+        if event.event_id not in named and ranges.contains(_stream(event),
+                                                           event.source_position):
+            answers.append(ReceiveAnswer(event.event_id, ReceiveOutcome.RECEIVED))
+            named.add(event.event_id)
+    return answers
+
+
+def applied_ranges(page: pb.ReceiptsPage) -> OffsetRanges:
+    """The events a receipts page names APPLIED by offset ranges (raises WireError)."""
+    return decode_ranges(page.strings, page.applied)
+
+
+def _stream(event: ChangeEvent) -> Stream:
+    return Stream(event.source_topic, event.source_partition, event.replay_epoch)

@@ -14,21 +14,22 @@ import datetime as dt
 import enum
 import http.client
 import logging
-import random
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.retries import LinkRecovery as LinkRecovery
+from tidesync.ship.retries import RetrySchedule as RetrySchedule
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.signing import (
@@ -45,11 +46,13 @@ HEARTBEAT_PATH = "/sync/v1/heartbeat"
 COMMANDS_PATH = "/sync/v1/commands"
 COMMAND_ACKS_PATH = "/sync/v1/command-acks"
 CONFIG_PATH = "/sync/v1/config"
+DICTIONARIES_PATH = "/sync/v1/dictionaries"
 LIVEZ_PATH = "/livez"
 PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
 CLOCK_SKEW_REASON = "AUTH_EXPIRED_TIMESTAMP"
+BATCH_UNKNOWN = "BATCH_UNKNOWN"
 _RETRYABLE_REASONS = frozenset({CLOCK_SKEW_REASON, "AUTH_REPLAYED"})
 """401s that a new request fixes (a corrected clock, a fresh request id): never a block."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -80,6 +83,9 @@ class LinkError(TidesyncError):
     code = ErrorCode.LINK_DOWN
 
     disposition: Disposition = Disposition.RETRY
+    answer_lost: bool = False
+    """The whole request went out and its answer did not come back: the shore may have
+    acted on it (an upload's fate is then asked before the batch goes again)."""
 
     def __init__(self, reason: str, message: str, *, status: int | None = None,
                  retry_after: float | None = None) -> None:
@@ -151,10 +157,18 @@ class LinkCounters:
     closed_by_peer: int = 0
 
 
+class _ThreadConnection(threading.local):
+    """The kept-alive connection of one thread and when it was last used."""
+
+    connection: http.client.HTTPConnection | None = None
+    used_at: float = 0.0
+
+
 class HttpShoreLink:
-    """/sync/v1 over one kept-alive http.client connection (re-opened after any failure, and
-    before a request once it has been idle `keep_alive` seconds: the shore drops idle
-    connections after its own, longer, keep-alive timeout).
+    """/sync/v1 over a kept-alive http.client connection per calling thread (re-opened after
+    any failure, and before a request once it has been idle `keep_alive` seconds: the shore
+    drops idle connections after its own, longer, keep-alive timeout). Threads may call it at
+    once: each has its own connection, so uploads can be in flight side by side.
 
     Every request is signed with a fresh request id; every socket operation has a timeout.
     """
@@ -171,20 +185,39 @@ class HttpShoreLink:
         self.node_id, self.secret, self.clock = node_id, secret, clock
         self.timeout, self.ssl_context, self.monotonic = timeout, ssl_context, monotonic
         self.keep_alive, self.probe_timeout = keep_alive, min(probe_timeout, timeout)
-        self._used_at = 0.0
+        self._local = _ThreadConnection()
+        self._open_connections: set[http.client.HTTPConnection] = set()
+        self._lock = threading.Lock()
         self.counters = LinkCounters()
         self.clock_offset = dt.timedelta(0)
         """Added to the local clock when signing: the shore's time minus ours, learnt from a
         timestamp refusal (kept while the process runs; relearnt after a restart)."""
-        self._connection: http.client.HTTPConnection | None = None
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
-        raw = self._request("POST", BATCHES_PATH, batch.body)
+        """Send the batch; the shore answers events RECEIVED by offset ranges (a shore that
+        does not know ranges answers every event). A request whose answer is lost is not sent
+        again here: the caller asks the batch's fate first."""
+        raw = self._request("POST", f"{BATCHES_PATH}?answer=ranges", batch.body,
+                            resend_unanswered=False)
+        return _parse(raw, pb.UploadBatchResponse)
+
+    def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+        """What the shore answered the batch `batch_id`, or None when it does not know the
+        batch (it never arrived whole). Raises ShoreRefused when the shore cannot tell (a
+        shore without this request answers an unsigned 404: LinkDown RESPONSE_UNSIGNED)."""
+        try:
+            raw = self._request("GET", f"{BATCHES_PATH}/{batch_id.hex}", b"")
+        except ShoreRefused as refused:
+            if refused.status == 404 and refused.reason == BATCH_UNKNOWN:
+                return None
+            raise
         return _parse(raw, pb.UploadBatchResponse)
 
     def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage:
+        """Results after `cursor`; plain APPLIED ones come as offset ranges from a shore that
+        knows them (`applied`), every other one as an entry."""
         query = urllib.parse.urlencode({**({"cursor": cursor} if cursor else {}),
-                                        "limit": str(limit)})
+                                        "limit": str(limit), "form": "ranges"})
         raw = self._request("GET", f"{RECEIPTS_PATH}?{query}", b"")
         return _parse(raw, pb.ReceiptsPage)
 
@@ -208,6 +241,10 @@ class HttpShoreLink:
         raw = self._request("GET", CONFIG_PATH, b"")
         return _parse(raw, pb.ConfigResponse)
 
+    def send_dictionary(self, message: pb.WireDictionary) -> pb.WireDictionaryResponse:
+        raw = self._request("POST", DICTIONARIES_PATH, codec.compress(message))
+        return _parse(raw, pb.WireDictionaryResponse)
+
     def probe(self) -> bool:
         """Whether the shore's server answers at all: GET /livez, unsigned and with a short
         timeout, so probing a link that is down stays cheap. An answer below 500 counts (it
@@ -219,46 +256,70 @@ class HttpShoreLink:
             response = connection.getresponse()
             response.read(_PROBE_ANSWER_BYTES)
         except (OSError, http.client.HTTPException):
-            self.close()
+            self._drop()
             return False
-        self._used_at = self.monotonic()
+        self._local.used_at = self.monotonic()
         if response.will_close:
-            self.close()
+            self._drop()
         return response.status < 500
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Close every thread's connection (a request still running on one fails)."""
+        with self._lock:
+            connections, self._open_connections = self._open_connections, set()
+        for connection in connections:
+            connection.close()
+        self._local.connection = None
 
-    def _request(self, method: str, target: str, body: bytes) -> bytes:
+    def _drop(self) -> None:
+        """Close this thread's connection."""
+        connection, self._local.connection = self._local.connection, None
+        if connection is not None:
+            with self._lock:
+                self._open_connections.discard(connection)
+            connection.close()
+
+    def _count(self, *, sent: int = 0, seconds: float = 0.0, opened: int = 0,
+               closed: int = 0) -> None:
+        with self._lock:
+            counters = self.counters
+            counters.physical_bytes += sent
+            counters.active_seconds += seconds
+            counters.connections_opened += opened
+            counters.closed_by_peer += closed
+
+    def _request(self, method: str, target: str, body: bytes, *,
+                 resend_unanswered: bool = True) -> bytes:
         """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused.
 
         A kept-alive connection the shore has meanwhile closed as idle fails on first use;
         that one failure is not a link problem, so the request goes once more on a new
         connection (signed afresh: every request id is used once). Every request here is
         idempotent on the shore (batches by event id, acks by command), so a request that did
-        arrive before the close is answered the same way again."""
+        arrive before the close is answered the same way again. `resend_unanswered=False`
+        keeps a request that went out whole from going again (an upload: its fate is asked)."""
         target = self.prefix + target
         try:
-            return self._send_reopening(method, target, body)
+            return self._send_reopening(method, target, body, resend_unanswered)
         except ShoreRefused as refused:
             if refused.reason != CLOCK_SKEW_REASON or refused.server_time is None:
                 raise
             self._learn_offset(refused.server_time)
-        return self._send_reopening(method, target, body)
+        return self._send_reopening(method, target, body, resend_unanswered)
 
-    def _send_reopening(self, method: str, target: str, body: bytes) -> bytes:
-        if (self._connection is not None
-                and self.monotonic() - self._used_at > self.keep_alive):
-            self.close()  # idle too long: the shore may be closing it right now
-        reused = self._connection is not None
+    def _send_reopening(self, method: str, target: str, body: bytes,
+                        resend_unanswered: bool) -> bytes:
+        local = self._local
+        if (local.connection is not None
+                and self.monotonic() - local.used_at > self.keep_alive):
+            self._drop()  # idle too long: the shore may be closing it right now
+        reused = local.connection is not None
         try:
             return self._send(method, target, body)
-        except _ConnectionClosed:
-            if not reused:
+        except _ConnectionClosed as closed:
+            if not reused or (closed.answer_lost and not resend_unanswered):
                 raise
-            self.counters.closed_by_peer += 1
+            self._count(closed=1)
         return self._send(method, target, body)
 
     def _learn_offset(self, server_time: dt.datetime) -> None:
@@ -278,37 +339,40 @@ class HttpShoreLink:
                    **sign_request(self.node_id, self.secret, method, target, body, self.now(),
                                   str(uuid.uuid4()))}
         started = self.monotonic()
-        self.counters.physical_bytes += len(body)
+        self._count(sent=len(body))
+        sent = False
         try:
             connection = self._open()
             connection.request(method, target, body=body or None, headers=headers)
+            sent = True
             response = connection.getresponse()
             answer = response.read(MAX_RESPONSE_BYTES + 1)
             retry_after = _retry_after(response.getheader("Retry-After"), self.clock())
             status = response.status
             answer_signature = response.getheader(RESPONSE_SIGNATURE_HEADER)
         except TimeoutError as error:
-            self.close()
-            raise LinkDown(LinkReason.TIMEOUT, f"{method} timed out") from error
+            self._drop()
+            raise _down(LinkDown(LinkReason.TIMEOUT, f"{method} timed out"), sent) from error
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                 ConnectionAbortedError) as error:
-            self.close()
-            raise _ConnectionClosed(LinkReason.NETWORK_ERROR,
-                                    f"{method} failed: {type(error).__name__}") from error
+            self._drop()
+            raise _down(_ConnectionClosed(LinkReason.NETWORK_ERROR,
+                                          f"{method} failed: {type(error).__name__}"),
+                        sent) from error
         except (OSError, http.client.HTTPException) as error:
-            self.close()
-            raise LinkDown(LinkReason.NETWORK_ERROR,
-                           f"{method} failed: {type(error).__name__}") from error
-        self._used_at = self.monotonic()
+            self._drop()
+            raise _down(LinkDown(LinkReason.NETWORK_ERROR,
+                                 f"{method} failed: {type(error).__name__}"), sent) from error
+        self._local.used_at = self.monotonic()
         if response.will_close:
-            self.close()
+            self._drop()
         if len(answer) > MAX_RESPONSE_BYTES:
-            self.close()
-            raise LinkDown(LinkReason.BAD_RESPONSE, "answer too large")
+            self._drop()
+            raise _down(LinkDown(LinkReason.BAD_RESPONSE, "answer too large"), True)
         self._check_answer(headers, method, target, status, answer, answer_signature)
         if status != 200:
             raise _refused(status, answer, retry_after)
-        self.counters.active_seconds += self.monotonic() - started
+        self._count(seconds=self.monotonic() - started)
         return _decompressed(answer)
 
     def _check_answer(self, request: dict[str, str], method: str, target: str, status: int,
@@ -322,35 +386,41 @@ class HttpShoreLink:
         if claimed is None:
             if status == 401:
                 return
-            self.close()
-            raise LinkDown(LinkReason.RESPONSE_UNSIGNED,
-                           f"{method} answer {status} carries no shore signature")
+            self._drop()
+            raise _down(LinkDown(LinkReason.RESPONSE_UNSIGNED,
+                                 f"{method} answer {status} carries no shore signature"), True)
         if not response_signature_matches(self.secret, request, method, target, status,
                                           answer, claimed):
-            self.close()
-            raise LinkDown(LinkReason.RESPONSE_FORGED,
-                           f"{method} answer {status} is not signed by the shore")
+            self._drop()
+            raise _down(LinkDown(LinkReason.RESPONSE_FORGED,
+                                 f"{method} answer {status} is not signed by the shore"), True)
 
     def _open(self, timeout: float | None = None) -> http.client.HTTPConnection:
         """The kept-alive connection (opened if needed), its socket timeout set to `timeout`
         (default: the request timeout)."""
         timeout = self.timeout if timeout is None else timeout
-        if self._connection is None:
+        connection = self._local.connection
+        if connection is not None and connection.sock is None:
+            self._drop()  # closed by `close()` from another thread
+            connection = None
+        if connection is None:
             if self.scheme == "https":
-                self._connection = http.client.HTTPSConnection(
+                connection = http.client.HTTPSConnection(
                     self.host, self.port, timeout=timeout,
                     context=self.ssl_context or ssl.create_default_context())
             else:
-                self._connection = http.client.HTTPConnection(self.host, self.port,
-                                                              timeout=timeout)
-            self._connection.connect()
-            self.counters.connections_opened += 1
-            if self._connection.sock is not None:
-                self._connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._connection.timeout = timeout
-        if self._connection.sock is not None:
-            self._connection.sock.settimeout(timeout)
-        return self._connection
+                connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+            self._local.connection = connection
+            with self._lock:
+                self._open_connections.add(connection)
+            connection.connect()
+            self._count(opened=1)
+            if connection.sock is not None:
+                connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        return connection
 
 
 def tls_context(ca_file: str = "", client_cert_file: str = "",
@@ -361,6 +431,11 @@ def tls_context(ca_file: str = "", client_cert_file: str = "",
     if client_cert_file:
         context.load_cert_chain(client_cert_file, client_key_file or None)
     return context
+
+
+def _down(error: LinkDown, answer_lost: bool) -> LinkDown:
+    error.answer_lost = answer_lost
+    return error
 
 
 def _decompressed(answer: bytes) -> bytes:
@@ -416,115 +491,6 @@ def _retry_after(value: str | None, now: dt.datetime) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, (moment - now).total_seconds())
-
-
-# ----------------------------------------------------------------------------- retries
-
-
-@dataclass
-class RetrySchedule:
-    """When one kind of request may be tried again (full jitter, Retry-After floor).
-
-    The client loop never sleeps inside a request: it asks `due(now)` each turn, so reading
-    the queue goes on while the link waits. Network failures retry for ever (a ship can be
-    offline for months) with the delay capped at 5 minutes; a schedule that belongs to a
-    `LinkRecovery` is cut short as soon as any request or probe gets through again."""
-
-    backoff: Backoff = field(default_factory=Backoff)
-    rng: random.Random = field(default_factory=random.SystemRandom)
-    attempt: int = 0
-    not_before: float = 0.0
-    recovery: LinkRecovery | None = None
-    waits_for_link: bool = False
-    """The last failure was the network's (no answer, no Retry-After): a working link ends
-    the wait. Waits the shore asked for, or for other causes, are kept."""
-
-    def due(self, now: float) -> bool:
-        return now >= self.not_before
-
-    def failed(self, now: float, retry_after: float | None = None, *,
-               link_down: bool = False) -> float:
-        """Record a failure; returns the delay before the next try. `link_down`: the request
-        got no answer, so the link's recovery starts probing."""
-        self.attempt += 1
-        delay = self.backoff.delay(self.attempt, self.rng.random(), retry_after)
-        self.not_before = now + delay
-        self.waits_for_link = link_down and retry_after is None
-        if link_down and self.recovery is not None:
-            self.recovery.lost(now)
-        return delay
-
-    def succeeded(self) -> None:
-        """The request got through: this schedule restarts, and so does every schedule of the
-        same link that waited only for the link to come back."""
-        self.reset()
-        if self.recovery is not None:
-            self.recovery.works()
-
-    def reset(self) -> None:
-        self.attempt, self.not_before, self.waits_for_link = 0, 0.0, False
-
-
-@dataclass
-class LinkRecovery:
-    """The retry schedules of one link, and the probe that watches it while it is down.
-
-    A request without an answer marks the link down; from then on a cheap probe is due after
-    `probe_backoff.probe_delay` (1 s, doubling to the cap, default 30 s), however long each
-    request's own backoff has grown. The first success — a probe's or any request's — resets
-    every schedule that waited for the link, so uploads resume at once instead of minutes
-    after the link came back."""
-
-    probe_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
-    rng: random.Random = field(default_factory=random.SystemRandom)
-    schedules: list[RetrySchedule] = field(default_factory=list)
-    down_since: float | None = None
-    probes: int = 0
-    next_probe: float = 0.0
-
-    def schedule(self, backoff: Backoff) -> RetrySchedule:
-        """A new retry schedule that this recovery resets."""
-        schedule = RetrySchedule(backoff, self.rng, recovery=self)
-        self.schedules.append(schedule)
-        return schedule
-
-    def lost(self, now: float) -> None:
-        if self.down_since is None:
-            self.down_since, self.probes = now, 0
-            self.next_probe = now + self.probe_backoff.probe_delay(1, self.rng.random())
-
-    def probe_due(self, now: float) -> bool:
-        return self.down_since is not None and now >= self.next_probe
-
-    def probe(self, link: object, now: float) -> bool:
-        """Probe `link` if the link is down and a probe is due; True when it answered (every
-        schedule that waited for it is then due at once). Links without a probe (fakes,
-        benchmarks) are left to their requests' own schedules."""
-        probe = getattr(link, "probe", None)
-        if probe is None or not self.probe_due(now):
-            return False
-        down_since = self.down_since or now
-        if not probe():
-            delay = self.probe_failed(now)
-            log.info("the shore is still unreachable; probing again in %.1f s", delay)
-            return False
-        self.works()
-        log.warning("the shore answers again after %.0f s without a link: requests resume",
-                    now - down_since)
-        return True
-
-    def probe_failed(self, now: float) -> float:
-        """Record a failed probe; returns the delay before the next one."""
-        self.probes += 1
-        delay = self.probe_backoff.probe_delay(self.probes + 1, self.rng.random())
-        self.next_probe = now + delay
-        return delay
-
-    def works(self) -> None:
-        self.down_since, self.probes = None, 0
-        for schedule in self.schedules:
-            if schedule.waits_for_link:
-                schedule.reset()
 
 
 # ----------------------------------------------------------------------------- offline link

@@ -11,7 +11,7 @@ import logging
 import math
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Protocol, runtime_checkable
 
@@ -19,7 +19,7 @@ from tidesync.domain.change_event import ChangeEvent, Operation, Revision, tombs
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import TidesyncError
 from tidesync.domain.replay import original_event_id
-from tidesync.domain.sync_columns import METADATA_COLUMNS
+from tidesync.domain.sync_columns import METADATA_COLUMNS, ORIGIN_COLUMN
 from tidesync.domain.value_checks import event_problem
 from tidesync.domain.values import BitString, JsonText, Value
 from tidesync.target.contract import (
@@ -110,10 +110,19 @@ class PlannedWrite:
     key: tuple[Value, ...]
     columns: tuple[str, ...]
     values: tuple[Value, ...]
+    overwrite_base: Revision | None = None
+    """Set when a SNAPSHOT overwrites a row last written from the event's origin: the write
+    is then a compare-and-set UPDATE of every column against this revision."""
 
     @property
     def operation(self) -> Operation:
-        return self.event.operation
+        return Operation.UPDATE if self.overwrite_base is not None else self.event.operation
+
+    @property
+    def base_revision(self) -> Revision | None:
+        """The revision the compare-and-set statement expects the row to hold."""
+        return self.overwrite_base if self.overwrite_base is not None else (
+            self.event.base_revision)
 
 
 class _Retry(TidesyncError):
@@ -409,11 +418,35 @@ class CompareAndSetApplier(abc.ABC):
             settled[index] = rejected(write.event, failure.reason, failure.detail)
             raise _Retry from failure
         for (index, write), hit in zip(todo, touched, strict=True):
+            if not hit and write.operation is Operation.SNAPSHOT:
+                hit = self._overwrite_snapshot(index, write, now, settled)
             if hit:
                 applied[write.event.event_id] = write
                 outcomes[index] = self._applied(write)
             else:
                 outcomes[index] = self._judge(write)
+
+    def _overwrite_snapshot(self, index: int, write: PlannedWrite, now: dt.datetime,
+                            settled: dict[int, TargetOutcome]) -> bool:
+        """A SNAPSHOT row whose key exists: upsert-if-not-newer (docs/onboarding.md).
+
+        The row is overwritten only when it holds another revision, was last written from the
+        snapshot's origin (not edited here or by another node since), and the event is not in
+        the ledger (a snapshot row sent again after newer changes must not undo them). The
+        UPDATE is a compare-and-set on the revision just read, so a concurrent write wins.
+        """
+        event = write.event
+        if self._ledger_holds(write.shape.database, [event.event_id]):
+            return False
+        row, revision = self._read_row(write.shape, write.key)
+        if (row is None or revision is None or revision == event.result_revision
+                or row.get(ORIGIN_COLUMN) != event.origin_node_id):
+            return False
+        try:
+            return self._update(replace(write, overwrite_base=revision), now) == 1
+        except StatementRejected as failure:
+            settled[index] = rejected(event, failure.reason, failure.detail)
+            raise _Retry from failure
 
     def _write_many(self, writes: Sequence[PlannedWrite], now: dt.datetime) -> list[bool]:
         """Each write's compare-and-set statement in order; True where it touched its row.

@@ -198,9 +198,9 @@ class MySQLTargetApplier(CompareAndSetApplier):
         literal = self._literal
         literals = [*map(literal, write.values), *self._metadata_literals(write, now)]
         if kind is not Operation.INSERT:
-            assert write.event.base_revision is not None
+            assert write.base_revision is not None
             literals += [*map(literal, write.key),
-                         self._revision_literal(shape, write.event.base_revision)]
+                         self._revision_literal(shape, write.base_revision)]
         if operation is Operation.DELETE:
             # The DELETE removes only the row its own mark matched (same event id and mark).
             literals += [*map(literal, write.key), f"'{write.event.event_id}'",

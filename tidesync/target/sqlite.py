@@ -275,10 +275,10 @@ class SQLiteTargetApplier(CompareAndSetApplier):
                 f"UPDATE {sqlite_quote(shape.table)} SET {assignments}{REVISION_COLUMN} = ?,"  # noqa: S608
                 f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = ?, {UPDATED_AT_COLUMN} = ?"
                 f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = ?")
-        assert write.event.base_revision is not None
+        assert write.base_revision is not None
         return self._execute(for_event=True, statement=statement, params=[
             *map(sqlite_param, write.values), *_metadata(write, now),
-            *map(sqlite_param, write.key), _revision_param(shape, write.event.base_revision),
+            *map(sqlite_param, write.key), _revision_param(shape, write.base_revision),
         ])
 
     def _delete(self, write: PlannedWrite) -> int:

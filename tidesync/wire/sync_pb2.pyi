@@ -479,14 +479,18 @@ class EventReceiveStatus(_message.Message):
     def __init__(self, event_id: _Optional[bytes] = ..., status: _Optional[_Union[ReceiveStatus, str]] = ..., reason_code: _Optional[str] = ..., detail: _Optional[str] = ..., result: _Optional[_Union[EventResult, _Mapping]] = ...) -> None: ...
 
 class UploadBatchResponse(_message.Message):
-    __slots__ = ("batch_id", "statuses", "server_time_micros")
+    __slots__ = ("batch_id", "statuses", "server_time_micros", "strings", "received")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIME_MICROS_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
     batch_id: bytes
     statuses: _containers.RepeatedCompositeFieldContainer[EventReceiveStatus]
     server_time_micros: int
-    def __init__(self, batch_id: _Optional[bytes] = ..., statuses: _Optional[_Iterable[_Union[EventReceiveStatus, _Mapping]]] = ..., server_time_micros: _Optional[int] = ...) -> None: ...
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    received: _containers.RepeatedCompositeFieldContainer[PartitionRanges]
+    def __init__(self, batch_id: _Optional[bytes] = ..., statuses: _Optional[_Iterable[_Union[EventReceiveStatus, _Mapping]]] = ..., server_time_micros: _Optional[int] = ..., strings: _Optional[_Iterable[str]] = ..., received: _Optional[_Iterable[_Union[PartitionRanges, _Mapping]]] = ...) -> None: ...
 
 class EventResult(_message.Message):
     __slots__ = ("event_id", "result", "reason_code", "conflict_id", "result_revision", "decided_at_micros", "source_topic", "source_partition", "source_position")
@@ -511,14 +515,18 @@ class EventResult(_message.Message):
     def __init__(self, event_id: _Optional[bytes] = ..., result: _Optional[_Union[EventResultCode, str]] = ..., reason_code: _Optional[str] = ..., conflict_id: _Optional[bytes] = ..., result_revision: _Optional[bytes] = ..., decided_at_micros: _Optional[int] = ..., source_topic: _Optional[str] = ..., source_partition: _Optional[int] = ..., source_position: _Optional[int] = ...) -> None: ...
 
 class ReceiptsPage(_message.Message):
-    __slots__ = ("results", "next_cursor", "has_more")
+    __slots__ = ("results", "next_cursor", "has_more", "strings", "applied")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
     HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[EventResult]
     next_cursor: str
     has_more: bool
-    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    applied: _containers.RepeatedCompositeFieldContainer[PartitionRanges]
+    def __init__(self, results: _Optional[_Iterable[_Union[EventResult, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ..., strings: _Optional[_Iterable[str]] = ..., applied: _Optional[_Iterable[_Union[PartitionRanges, _Mapping]]] = ...) -> None: ...
 
 class ShoreRowChange(_message.Message):
     __slots__ = ("record", "operation", "values", "expected_local_revision", "result_revision", "origin_node_ref", "origin_event_id", "rule_id_ref", "rule_version", "by_key")
@@ -823,3 +831,31 @@ class ErrorResponse(_message.Message):
     request_id: str
     server_time_micros: int
     def __init__(self, reason_code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_seconds: _Optional[int] = ..., supported_protocol_versions: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., server_time_micros: _Optional[int] = ...) -> None: ...
+
+class WireDictionary(_message.Message):
+    __slots__ = ("protocol_version", "node_id", "dictionary")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DICTIONARY_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: str
+    node_id: str
+    dictionary: bytes
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., dictionary: _Optional[bytes] = ...) -> None: ...
+
+class WireDictionaryResponse(_message.Message):
+    __slots__ = ("dictionary_id",)
+    DICTIONARY_ID_FIELD_NUMBER: _ClassVar[int]
+    dictionary_id: bytes
+    def __init__(self, dictionary_id: _Optional[bytes] = ...) -> None: ...
+
+class PartitionRanges(_message.Message):
+    __slots__ = ("topic_ref", "partition", "replay_epoch", "ranges")
+    TOPIC_REF_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    topic_ref: int
+    partition: int
+    replay_epoch: int
+    ranges: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, topic_ref: _Optional[int] = ..., partition: _Optional[int] = ..., replay_epoch: _Optional[int] = ..., ranges: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -19,6 +19,7 @@ from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.ship_intake import DONE, EventState
 from tidesync.ship.state.database import ShipStateDatabase
 from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
+from tidesync.wire.ranges import OffsetRanges
 
 RECEIPTS_CURSOR = "receipts"
 SHORE_RESULTS = frozenset({"APPLIED", "CONFLICT_RECORDED", "REJECTED", "EXPIRED_APPROVED"})
@@ -152,14 +153,20 @@ class SQLiteReceipts:
                 self.blocked_keys.add(row.key, row.key_digest)
             progress.blocked.add(event_id)
 
-    def apply_receipts(self, results: Sequence[TerminalResult], cursor: str) -> Progress:
-        """Record terminal results from a receipts page and its cursor in one transaction.
+    def apply_receipts(self, results: Sequence[TerminalResult], cursor: str,
+                       applied: OffsetRanges | None = None) -> Progress:
+        """Record terminal results from a receipts page and its cursor in one transaction;
+        `applied` names further events APPLIED by their queue coordinates.
 
         Pages come in the shore's order, so of two receipts of one event the later one is its
-        current verdict: a terminal event takes its result and reason and stays terminal."""
+        current verdict: a terminal event takes its result and reason and stays terminal (a
+        page with ranges never holds two receipts of one event)."""
         progress = Progress()
         now = self.database.now_text()
         with self.database.transaction() as conn:
+            if applied is not None and applied.streams:
+                results = [*results, *(TerminalResult(event_id, "APPLIED")
+                                       for event_id in self._events_in(conn, applied))]
             rows = self._rows_by_id(conn, [r.event_id for r in results])
             for result in results:
                 row = rows.get(result.event_id.bytes)
@@ -199,6 +206,18 @@ class SQLiteReceipts:
         progress.reverdicted.add(result.event_id)
         self._count_verdict(row.result, result.result)
         return dataclasses.replace(row, result=result.result, reason=reason)
+
+    def _events_in(self, conn: sqlite3.Connection, ranges: OffsetRanges) -> list[uuid.UUID]:
+        """This direction's events at the coordinates `ranges` names."""
+        found: list[uuid.UUID] = []
+        for stream, spans in ranges.streams.items():
+            for first, last in spans:
+                found += [uuid.UUID(bytes=row[0]) for row in conn.execute(
+                    "SELECT event_id FROM event_state WHERE topic = ? AND kafka_partition = ?"
+                    " AND replay_epoch = ? AND direction = ? AND kafka_offset BETWEEN ? AND ?",
+                    (stream.topic, stream.partition, stream.replay_epoch,
+                     self.database.direction.value, first, last))]
+        return found
 
     def _rows_by_id(self, conn: sqlite3.Connection,
                     event_ids: Sequence[uuid.UUID]) -> dict[bytes, _EventRow]:

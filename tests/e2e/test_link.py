@@ -1,0 +1,59 @@
+"""The ship client on the real shore through the simulated satellite link: bandwidth, latency,
+segment loss, scheduled outages and random connection resets. Uploads go side by side, answers
+are lost and asked after, batches are cut short and sent again — and at the end the shore
+tables equal the ship's, every event is terminal on the ship and the shore holds and applied
+each one exactly once."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.ship_support import ItemsCapture, produce
+from tests.integration.test_link_recovery import port_of
+from tests.integration.test_ship_client import (
+    check_shore,
+    ship_config,
+    shore_for_ship,
+    workload,
+)
+from tidesync.bootstrap.ship import build_client
+from tidesync.linksim import LinkProfile, LinkSimulator, OutageMode
+from tidesync.ship.client import ExitCode
+
+pytestmark = pytest.mark.services
+
+PROFILE = LinkProfile(
+    rate_bytes_per_second=256 * 1024, latency_seconds=0.1, loss=0.05, retransmit_seconds=0.3,
+    outage_every_seconds=6.0, outage_seconds=1.5, outage_mode=OutageMode.REFUSE,
+    resets_per_mib=3.0, seed=11)
+
+
+def test_outages_and_resets_end_with_both_sides_equal_and_each_event_applied_once(
+        pg_database: Any, shore_mariadb: Any, kafka_broker: Any, make_mariadb_database: Any,
+        tmp_path: Path) -> None:
+    database = make_mariadb_database(shore_mariadb)
+    capture = ItemsCapture(database)
+    kafka_broker.create_topic(capture.topic, partitions=2)
+    records = workload(capture, rows=1500, updates=500, deletes=50)
+    produce(kafka_broker.bootstrap_servers, records, partitions=2)
+    events = sum(1 for r in records if r.value is not None)
+    with shore_for_ship(pg_database, shore_mariadb, database) as shore, \
+            LinkSimulator(("127.0.0.1", port_of(shore.url)), PROFILE) as link:
+        config = dataclasses.replace(
+            ship_config(shore, kafka_broker, tmp_path / "ship.sqlite"), shore_url=link.url,
+            probe_interval_seconds=1, probe_max_interval_seconds=2, request_timeout_seconds=10,
+            upload_request_ms=300)
+        client = build_client(config)
+        try:
+            assert client.run(until_idle=True, timeout=150) is ExitCode.IDLE
+            counts = client.state.state_counts()
+        finally:
+            client.close()
+        stats = link.stats
+        check_shore(pg_database, shore_mariadb, shore, capture, events)
+    assert counts == {"TERMINAL": events}
+    assert stats.resets > 0  # the link did cut requests short

@@ -1,0 +1,206 @@
+"""The upload pipeline: requests side by side, sized by the measured goodput; a batch whose
+answer was lost is asked after and not sent again; one the shore never got goes again with the
+same id and body; a shore that cannot tell gets the same batch again."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.clocks import ManualClock
+from tests.unit.test_ship_state import NODE, event_record
+from tidesync.domain.backoff import Backoff
+from tidesync.ingress.answers import compact_answer
+from tidesync.ship.batcher import OutgoingBatch, SendWindow
+from tidesync.ship.client_settings import ClientSettings
+from tidesync.ship.pace import LinkPace, PaceSettings
+from tidesync.ship.retries import RetrySchedule
+from tidesync.ship.state import Progress, SQLiteShipState
+from tidesync.ship.telemetry import HealthState, Subsystem
+from tidesync.ship.transport import LinkDown, LinkError, LinkReason
+from tidesync.ship.uploader import UploadPipeline
+from tidesync.wire import codec
+from tidesync.wire import sync_pb2 as pb
+
+
+class FakeShore:
+    """Keeps what arrived by event id and the answers by batch id; `lose` answers go missing
+    after the batch arrived, `drop` batches never arrive."""
+
+    def __init__(self, *, lose: int = 0, drop: int = 0, fate: bool = True) -> None:
+        self.lose, self.drop, self.knows_fate = lose, drop, fate
+        self.uploads: list[OutgoingBatch] = []
+        self.fates: list[uuid.UUID] = []
+        self.stored: set[bytes] = set()
+        self.answers: dict[uuid.UUID, pb.UploadBatchResponse] = {}
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
+        self.uploads.append(batch)
+        if self.drop:
+            self.drop -= 1
+            raise _lost("reset while sending")
+        raw = codec.decompress_bytes(batch.body, 1 << 24, 1 << 26)
+        message = codec.open_batch(codec.compress_bytes(raw), 1 << 24, 1 << 26)[1]
+        full = pb.UploadBatchResponse(batch_id=message.batch_id)
+        for wire in message.events:
+            self.stored.add(wire.event_id)
+            full.statuses.add(event_id=wire.event_id, status=pb.RECEIVED)
+        answer = compact_answer(message, full)
+        self.answers[batch.batch_id] = answer
+        if self.lose:
+            self.lose -= 1
+            raise _lost("reset while the answer came back")
+        return answer
+
+    def __getattr__(self, name: str) -> object:
+        if name == "batch_fate" and self.knows_fate:
+            return self._fate
+        raise AttributeError(name)
+
+    def _fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+        self.fates.append(batch_id)
+        return self.answers.get(batch_id)
+
+
+def _lost(message: str) -> LinkDown:
+    error = LinkDown(LinkReason.NETWORK_ERROR, message)
+    error.answer_lost = True
+    return error
+
+
+class Hooks:
+    def __init__(self, window: SendWindow) -> None:
+        self.window = window
+        self.received: set[uuid.UUID] = set()
+
+    def moved(self, progress: Progress) -> None:
+        self.window.discard(progress.terminal | progress.received | progress.blocked)
+        self.received |= progress.received
+
+    def set_health(self, subsystem: Subsystem, state: HealthState, reason: str = "",
+                   detail: str = "") -> None:
+        pass
+
+    def block_node(self, error: LinkError) -> None:
+        raise AssertionError(f"blocked: {error}")
+
+    def transport_healthy(self) -> None:
+        pass
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[SQLiteShipState]:
+    store = SQLiteShipState(tmp_path / "ship.sqlite", NODE, "group-1")
+    yield store
+    store.close()
+
+
+def pipeline(state: SQLiteShipState, link: object, clock: ManualClock, events: int = 30,
+             slots: int = 1) -> tuple[UploadPipeline, Hooks, list[uuid.UUID]]:
+    recorded = state.record([event_record(o, o) for o in range(events)], 0)
+    window = SendWindow()
+    window.add(recorded.sendable, recorded.sizes)
+    hooks = Hooks(window)
+    settings = ClientSettings(node_id=NODE, uploads_in_flight=slots)
+    uploads = UploadPipeline(settings, state, window, link, RetrySchedule(Backoff(1.0, 4.0)),  # type: ignore[arg-type]
+                             hooks, backoff=Backoff(1.0, 4.0), random=lambda: 0.5,
+                             clock=clock, monotonic=clock.monotonic)
+    return uploads, hooks, [e.event_id for e in recorded.sendable]
+
+
+def run(uploads: UploadPipeline, clock: ManualClock, turns: int = 20) -> None:
+    for _ in range(turns):
+        uploads.step(blocked=False)
+        clock.advance(5.0)
+
+
+def test_a_lost_answer_is_asked_for_and_the_batch_is_not_sent_again(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), FakeShore(lose=1)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    run(uploads, clock)
+    assert hooks.received == set(ids)
+    assert len(shore.uploads) == 1
+    assert shore.fates == [shore.uploads[0].batch_id]
+    assert state.state_counts() == {"RECEIVED": len(ids)}
+
+
+def test_a_batch_the_shore_never_got_goes_again_with_its_id_and_body(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), FakeShore(drop=1)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    run(uploads, clock)
+    first, again = shore.uploads
+    assert (again.batch_id, again.body) == (first.batch_id, first.body)
+    assert shore.fates == [first.batch_id]
+    assert hooks.received == set(ids)
+
+
+def test_a_shore_that_keeps_no_answers_gets_the_same_batch_again(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), FakeShore(lose=1, fate=False)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    run(uploads, clock)
+    first, again = shore.uploads
+    assert (again.batch_id, again.body) == (first.batch_id, first.body)
+    assert hooks.received == set(ids)
+
+
+class GatedShore(FakeShore):
+    """Holds the first uploads until two are waiting side by side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(2, timeout=30)
+        self.lock = threading.Lock()
+        self.active = self.peak = 0
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            gated = len(self.uploads) < 2
+            answer = super().upload(batch)
+        if gated:
+            self.barrier.wait()
+        with self.lock:
+            self.active -= 1
+        return answer
+
+
+def test_two_uploads_go_side_by_side(state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), GatedShore()
+    uploads, hooks, ids = pipeline(state, shore, clock, events=40, slots=2)
+    uploads.pace.settings = PaceSettings(initial_bytes=1, min_bytes=1)  # one event a batch
+    try:
+        while hooks.received != set(ids):
+            uploads.step(blocked=False)
+            for flight in list(uploads.flights):
+                flight.future.result(timeout=30)
+    finally:
+        uploads.close()
+    assert shore.peak == 2  # the first two were in flight together
+    assert len(shore.uploads) == len(ids)
+
+
+def test_requests_carry_about_a_second_of_the_measured_goodput() -> None:
+    pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=64_000, min_bytes=1_000,
+                                 max_bytes=10_000_000))
+    assert pace.request_bytes() == 64_000
+    now = 100.0
+    for _ in range(20):  # 128 kB answered per second of busy link, 0.6 s round trip
+        pace.started(128_000, now)
+        pace.started(128_000, now)
+        now += 2.0
+        pace.ended(128_000, now - 0.6, 1.6, answered=True)
+        pace.ended(128_000, now, 2.0, answered=True)
+    assert 100_000 < pace.request_bytes() < 160_000
+    assert 0.3 < pace.rtt() < 0.9
+    pace.started(pace.request_bytes(), now)
+    assert pace.may_start(2)
+    pace.started(pace.request_bytes(), now)
+    assert not pace.may_start(2) and not pace.may_start(3)  # a BDP and a request are out

@@ -1,0 +1,120 @@
+"""How requests to the shore are retried: one schedule per kind of request (full jitter,
+Retry-After as a floor), and the link's recovery that probes while no request gets an answer
+and makes every waiting request due at once when one does.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from tidesync.domain.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RetrySchedule:
+    """When one kind of request may be tried again (full jitter, Retry-After floor).
+
+    The client loop never sleeps inside a request: it asks `due(now)` each turn, so reading
+    the queue goes on while the link waits. Network failures retry for ever (a ship can be
+    offline for months) with the delay capped at 5 minutes; a schedule that belongs to a
+    `LinkRecovery` is cut short as soon as any request or probe gets through again."""
+
+    backoff: Backoff = field(default_factory=Backoff)
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    attempt: int = 0
+    not_before: float = 0.0
+    recovery: LinkRecovery | None = None
+    waits_for_link: bool = False
+    """The last failure was the network's (no answer, no Retry-After): a working link ends
+    the wait. Waits the shore asked for, or for other causes, are kept."""
+
+    def due(self, now: float) -> bool:
+        return now >= self.not_before
+
+    def failed(self, now: float, retry_after: float | None = None, *,
+               link_down: bool = False) -> float:
+        """Record a failure; returns the delay before the next try. `link_down`: the request
+        got no answer, so the link's recovery starts probing."""
+        self.attempt += 1
+        delay = self.backoff.delay(self.attempt, self.rng.random(), retry_after)
+        self.not_before = now + delay
+        self.waits_for_link = link_down and retry_after is None
+        if link_down and self.recovery is not None:
+            self.recovery.lost(now)
+        return delay
+
+    def succeeded(self) -> None:
+        """The request got through: this schedule restarts, and so does every schedule of the
+        same link that waited only for the link to come back."""
+        self.reset()
+        if self.recovery is not None:
+            self.recovery.works()
+
+    def reset(self) -> None:
+        self.attempt, self.not_before, self.waits_for_link = 0, 0.0, False
+
+
+@dataclass
+class LinkRecovery:
+    """The retry schedules of one link, and the probe that watches it while it is down.
+
+    A request without an answer marks the link down; from then on a cheap probe is due after
+    `probe_backoff.probe_delay` (1 s, doubling to the cap, default 30 s), however long each
+    request's own backoff has grown. The first success — a probe's or any request's — resets
+    every schedule that waited for the link, so uploads resume at once instead of minutes
+    after the link came back."""
+
+    probe_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    schedules: list[RetrySchedule] = field(default_factory=list)
+    down_since: float | None = None
+    probes: int = 0
+    next_probe: float = 0.0
+
+    def schedule(self, backoff: Backoff) -> RetrySchedule:
+        """A new retry schedule that this recovery resets."""
+        schedule = RetrySchedule(backoff, self.rng, recovery=self)
+        self.schedules.append(schedule)
+        return schedule
+
+    def lost(self, now: float) -> None:
+        if self.down_since is None:
+            self.down_since, self.probes = now, 0
+            self.next_probe = now + self.probe_backoff.probe_delay(1, self.rng.random())
+
+    def probe_due(self, now: float) -> bool:
+        return self.down_since is not None and now >= self.next_probe
+
+    def probe(self, link: object, now: float) -> bool:
+        """Probe `link` if the link is down and a probe is due; True when it answered (every
+        schedule that waited for it is then due at once). Links without a probe (fakes,
+        benchmarks) are left to their requests' own schedules."""
+        probe = getattr(link, "probe", None)
+        if probe is None or not self.probe_due(now):
+            return False
+        down_since = self.down_since or now
+        if not probe():
+            delay = self.probe_failed(now)
+            log.info("the shore is still unreachable; probing again in %.1f s", delay)
+            return False
+        self.works()
+        log.warning("the shore answers again after %.0f s without a link: requests resume",
+                    now - down_since)
+        return True
+
+    def probe_failed(self, now: float) -> float:
+        """Record a failed probe; returns the delay before the next one."""
+        self.probes += 1
+        delay = self.probe_backoff.probe_delay(self.probes + 1, self.rng.random())
+        self.next_probe = now + delay
+        return delay
+
+    def works(self) -> None:
+        self.down_since, self.probes = None, 0
+        for schedule in self.schedules:
+            if schedule.waits_for_link:
+                schedule.reset()
