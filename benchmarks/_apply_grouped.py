@@ -80,7 +80,7 @@ def _apply(mariadb: MariaDBInstance, partitions: Sequence[list[ChangeEvent]]) ->
         migrate_postgres(postgres.dsn)
         with ConnectionPool(postgres.dsn, min_size=1, max_size=8, open=True) as pool:
             for events in partitions:
-                _receive(pool, events)
+                receive(pool, events)
             workers = [_worker(mariadb, postgres, pool, index) for index in range(WORKERS)]
             done = [0] * WORKERS
             deadline = time.monotonic() + _GIVE_UP_SECONDS
@@ -157,22 +157,22 @@ def _insert(database: str, table: str, key: int, row: dict[str, Any], topic: str
     )
 
 
-def _receive(pool: ConnectionPool[Any], events: list[ChangeEvent]) -> None:
-    """Record events in the inbox as received batches of 500 (not timed)."""
+def receive(pool: ConnectionPool[Any], events: list[ChangeEvent], ship: str = SHIP) -> None:
+    """Record events from `ship` in the inbox as received batches of 500 (not timed)."""
     now = dt.datetime.now(dt.UTC)
     for start in range(0, len(events), _BATCH):
         chunk = events[start:start + _BATCH]
         batch_ref = uuid.uuid4()
-        body = serialize_batch(build_batch(chunk, node_id=SHIP, batch_id=batch_ref,
+        body = serialize_batch(build_batch(chunk, node_id=ship, batch_id=batch_ref,
                                            created_at=now))
         with pool.connection() as conn, conn.transaction():
             conn.execute("INSERT INTO inbox_batch (batch_ref, origin_node_id, client_batch_id,"
                          " body, event_count, received_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                         (batch_ref, SHIP, batch_ref.bytes, body, len(chunk), now))
+                         (batch_ref, ship, batch_ref.bytes, body, len(chunk), now))
             conn.cursor().executemany(
                 "INSERT INTO inbox_event (origin_node_id, event_id, batch_ref, batch_index,"
                 " source_topic, source_partition, source_position, source_sequence,"
                 " replay_epoch, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [(SHIP, e.event_id, batch_ref, i, e.source_topic, e.source_partition,
+                [(ship, e.event_id, batch_ref, i, e.source_topic, e.source_partition,
                   e.source_position, e.source_sequence, e.replay_epoch, now)
                  for i, e in enumerate(chunk)])

@@ -35,7 +35,6 @@ from tidesync.shore.worker import ShoreApps, settle_startup_heap
 from tidesync.target.contract import TargetOutcomeKind
 from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.mysql_schema import enable_mysql_table
-from tidesync.wire.codec import build_batch, serialize_batch
 
 BATCH = 500
 FULL_ROWS = 10_000
@@ -109,7 +108,7 @@ def _processor(mariadb: MariaDBInstance, database: str, n: int) -> float:
     try:
         migrate_postgres(postgres.dsn)
         with ConnectionPool(postgres.dsn, min_size=1, max_size=4, open=True) as pool:
-            _receive(pool, events)
+            _apply_grouped.receive(pool, events, SHIP)
             apps = ShoreApps.open(postgres.eventsourcing_env())
             applier = MySQLTargetApplier(host=mariadb.host, port=mariadb.port,
                                          user=mariadb.user, password=mariadb.password,
@@ -136,27 +135,6 @@ def _processor(mariadb: MariaDBInstance, database: str, n: int) -> float:
     finally:
         postgres.drop()
     return n / timing.seconds
-
-
-def _receive(pool: ConnectionPool[Any], events: list[ChangeEvent]) -> None:
-    """Record events in the inbox as received batches of 500 (not timed: that is `ingest`)."""
-    now = dt.datetime.now(dt.UTC)
-    for start in range(0, len(events), BATCH):
-        chunk = events[start:start + BATCH]
-        batch_ref = uuid.uuid4()
-        body = serialize_batch(build_batch(chunk, node_id=SHIP, batch_id=batch_ref,
-                                           created_at=now))
-        with pool.connection() as conn, conn.transaction():
-            conn.execute("INSERT INTO inbox_batch (batch_ref, origin_node_id, client_batch_id,"
-                         " body, event_count, received_at) VALUES (%s, %s, %s, %s, %s, %s)",
-                         (batch_ref, SHIP, batch_ref.bytes, body, len(chunk), now))
-            conn.cursor().executemany(
-                "INSERT INTO inbox_event (origin_node_id, event_id, batch_ref, batch_index,"
-                " source_topic, source_partition, source_position, source_sequence,"
-                " replay_epoch, received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [(SHIP, e.event_id, batch_ref, i, e.source_topic, e.source_partition,
-                  e.source_position, e.source_sequence, e.replay_epoch, now)
-                 for i, e in enumerate(chunk)])
 
 
 def _enabled_table(mariadb: MariaDBInstance, database: str, n: int) -> dict[int, Revision]:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pymysql
 from pymysql.constants import CLIENT
@@ -42,6 +41,7 @@ from tidesync.target.contract import (
 )
 from tidesync.target.mysql_errors import map_mysql_error
 from tidesync.target.mysql_schema import REMOTE_APPLY_VARIABLE, inspect_mysql_table, mysql_quote
+from tidesync.target.mysql_session import MySQLSession
 from tidesync.target.mysql_statements import (
     key_match,
     literal_kind,
@@ -56,15 +56,13 @@ from tidesync.target.mysql_values import decode_mysql_value, mysql_param
 from tidesync.target.table_state import TableShape, TableState, check_node_id
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _LEDGER_COLUMNS = "(event_id, origin_node_id, table_name, applied_at)"
-_LOOKUP_BATCH = 1000
 _PACKET_MARGIN = 1024
 """Bytes of a packet kept free of statement text (the packet header and the like)."""
 
 
-class MySQLTargetApplier(CompareAndSetApplier):
+class MySQLTargetApplier(MySQLSession, CompareAndSetApplier):
     """Applies change events to MySQL/MariaDB tables enabled by `tidesync target enable`.
 
     One connection (autocommit off, CLIENT.FOUND_ROWS so an UPDATE counts matched rows), UTC
@@ -82,19 +80,12 @@ class MySQLTargetApplier(CompareAndSetApplier):
     ) -> None:
         super().__init__(check_node_id(node_id), route, clock)
         self.pipeline_depth = pipeline_depth
-        # No call may wait forever on a half-open link: a COMMIT whose answer does not come
-        # within read_timeout is CommitOutcomeUnknown, settled later from the ledger.
-        self._options: dict[str, Any] = {
-            "host": host, "port": port, "user": user, "password": password,
-            "database": database, "charset": "utf8mb4", "autocommit": False,
-            "client_flag": CLIENT.FOUND_ROWS | CLIENT.MULTI_STATEMENTS,
-            "connect_timeout": connect_timeout, "read_timeout": read_timeout,
-            "write_timeout": write_timeout,
-        }
-        self._lock_wait_timeout = lock_wait_timeout
+        self._open_session(
+            host=host, port=port, user=user, password=password, database=database,
+            client_flag=CLIENT.MULTI_STATEMENTS, lock_wait_timeout=lock_wait_timeout,
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            write_timeout=write_timeout)
         self._max_packet = 16 * 1024 * 1024  # read from the server on connect
-        self._connection: Any = None
-        self._statements: dict[tuple[object, ...], str] = {}
         self._literal_cache: dict[object, str] = {}
         self._set_refused: set[tuple[str, str, tuple[str, ...]]] = set()
         self._checks_on = True
@@ -103,59 +94,22 @@ class MySQLTargetApplier(CompareAndSetApplier):
 
     # -- the driver boundary ------------------------------------------------------------------
 
-    def _call(self, action: Callable[[], T], *, commit: bool = False,
-              statement: bool = False) -> T:
-        """Run a driver call; every pymysql error is mapped here and nowhere else.
+    _SESSION_VARIABLES = f"{REMOTE_APPLY_VARIABLE} = 1, "
 
-        `statement`: the call runs events' compare-and-set statements (see map_mysql_error).
-        """
-        try:
-            return action()
-        except pymysql.MySQLError as error:
-            mapped = map_mysql_error(error, during_commit=commit, in_statement=statement)
-            if isinstance(mapped, TargetError) or (
-                    isinstance(mapped, StatementRejected)
-                    and mapped.reason is RejectReason.PACKET_TOO_LARGE):
-                # The server closes the connection after a packet too large.
-                log.warning("target MySQL call failed: %s", getattr(
-                    mapped, "reason_code", RejectReason.PACKET_TOO_LARGE.value))
-                self._drop_connection()
-            raise mapped from error
+    def _connection_lost(self, mapped: Exception) -> bool:
+        # The server closes the connection after a packet too large.
+        return super()._connection_lost(mapped) or (
+            isinstance(mapped, StatementRejected)
+            and mapped.reason is RejectReason.PACKET_TOO_LARGE)
 
-    def _cursor(self) -> Any:
-        if self._connection is None:
-            self._connection = self._call(self._connect)
-        return self._connection.cursor()
-
-    def _connect(self) -> Any:
-        connection = pymysql.connect(**self._options)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SET time_zone = '+00:00', {REMOTE_APPLY_VARIABLE} = 1,"
-                " sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_ALL_TABLES')")
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            # Row locks (InnoDB) and metadata locks (DDL running on the table) alike.
-            cursor.execute("SET innodb_lock_wait_timeout = %s, lock_wait_timeout = %s",
-                           (self._lock_wait_timeout, self._lock_wait_timeout))
-            cursor.execute("SELECT @@max_allowed_packet")
-            self._max_packet = int(cursor.fetchone()[0])
-        connection.commit()
-        return connection
+    def _prepare_session(self, cursor: Any) -> None:
+        super()._prepare_session(cursor)
+        cursor.execute("SELECT @@max_allowed_packet")
+        self._max_packet = int(cursor.fetchone()[0])
 
     def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
         self._checks_on = True  # a new session starts with the server's default
-        # close() sends COM_QUIT and ignores socket errors; it raises only when already closed.
-        if connection is not None and connection.open:
-            connection.close()
-
-    def _execute(self, statement: str, params: Sequence[object] | None = None) -> int:
-        cursor = self._cursor()
-        return self._call(lambda: int(cursor.execute(statement, params)))
-
-    def _query(self, statement: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
-        cursor = self._cursor()
-        return self._call(lambda: (cursor.execute(statement, params), list(cursor.fetchall()))[1])
+        super()._drop_connection()
 
     # -- CompareAndSetApplier primitives ------------------------------------------------------
 
@@ -178,9 +132,6 @@ class MySQLTargetApplier(CompareAndSetApplier):
         state = self._call(lambda: inspect_mysql_table(cursor, database, table))
         self._rollback()  # end the read-only transaction the inspection opened
         return state
-
-    def _begin(self) -> None:
-        """pymysql with autocommit off opens the transaction with the first statement."""
 
     def _sql(self, write: PlannedWrite, now: dt.datetime) -> str:
         """The compare-and-set statement of one write as SQL text with escaped literals.
@@ -437,16 +388,6 @@ class MySQLTargetApplier(CompareAndSetApplier):
                for (name, kind), raw in zip(shape.columns.items(), rows[0], strict=True)}
         return row, parse_revision(rows[0][list(shape.columns).index(REVISION_COLUMN)])
 
-    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        found: set[uuid.UUID] = set()
-        ledger = f"{mysql_quote(database)}.{LEDGER_TABLE}"
-        for start in range(0, len(event_ids), _LOOKUP_BATCH):
-            batch = [str(event_id) for event_id in event_ids[start:start + _LOOKUP_BATCH]]
-            rows = self._query(f"SELECT event_id FROM {ledger} WHERE event_id IN"  # noqa: S608
-                               f" ({', '.join(['%s'] * len(batch))})", batch)
-            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
-        return found
-
     def _insert_ledger(self, database: str, writes: Sequence[PlannedWrite],
                        now: dt.datetime) -> None:
         """One multi-row INSERT; the literals repeat per chunk except the event ids."""
@@ -464,35 +405,14 @@ class MySQLTargetApplier(CompareAndSetApplier):
                       f" VALUES {', '.join(rows)}")
 
     def _commit(self) -> None:
-        connection = self._connection
-        if connection is not None:
-            self._call(connection.commit, commit=True)
-            self._restore_checks()
+        super()._commit()
+        self._restore_checks()
 
     def _rollback(self) -> None:
-        connection = self._connection
-        if connection is None:
-            return
-        try:
-            self._call(connection.rollback)
-        except TargetError:
-            log.debug("rollback failed; the connection was dropped, which rolls back too")
+        super()._rollback()
         self._restore_checks()
 
     # -- the rest of TargetApplier ------------------------------------------------------------
-
-    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        """Looks in the ledger of every database on the server that has one."""
-        if not event_ids:
-            return set()
-        databases = [str(name) for (name,) in self._query(
-            "SELECT TABLE_SCHEMA FROM information_schema.TABLES WHERE TABLE_NAME = %s",
-            (LEDGER_TABLE,))]
-        found: set[uuid.UUID] = set()
-        for database in databases:
-            found |= self._ledger_holds(database, event_ids)
-        self._rollback()
-        return found
 
     def current_row(
         self, database: str, table: str, primary_key: Mapping[str, Value],
@@ -508,6 +428,3 @@ class MySQLTargetApplier(CompareAndSetApplier):
         found = self._read_row(shape, key)
         self._rollback()
         return found
-
-    def close(self) -> None:
-        self._drop_connection()

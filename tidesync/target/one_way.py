@@ -29,8 +29,9 @@ import abc
 import datetime as dt
 import hashlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tidesync.domain.change_event import ChangeEvent, Operation, Revision
 from tidesync.domain.clock import Clock
@@ -42,6 +43,7 @@ from tidesync.target.cas import (
     DuplicatePrimaryKey,
     StatementRejected,
     key_in_table_order,
+    reject_template,
     rejected,
 )
 from tidesync.target.contract import (
@@ -124,6 +126,40 @@ class OneWayWrite:
     @property
     def deletes(self) -> bool:
         return self.event.operation is Operation.DELETE
+
+    @property
+    def changes(self) -> list[tuple[str, Value]]:
+        """The columns and values written besides the primary key."""
+        key_columns = self.shape.table.key_columns
+        return [(column, value) for column, value in zip(self.columns, self.values, strict=True)
+                if column not in key_columns]
+
+
+POSITION_COLUMNS = ("origin_node_id", "source_topic", "source_partition", "replay_epoch",
+                    "source_position")
+"""The source coordinates a `_sync_key_position` row keeps, in `SourcePosition` order."""
+
+
+def position_row(write: OneWayWrite, updated_at: object) -> list[object]:
+    """The `_sync_key_position` row of a write: table_name, key_digest, the POSITION_COLUMNS,
+    event_id and `updated_at` (as the backend stores moments)."""
+    source = write.source
+    return [write.table, write.digest, source.origin_node_id, source.topic, source.partition,
+            source.replay_epoch, source.position, str(write.event.event_id), updated_at]
+
+
+def read_positions(rows: Iterable[Sequence[Any]]) -> dict[str, SourcePosition]:
+    """Key digest → position, from rows of key_digest and the POSITION_COLUMNS."""
+    return {str(digest): SourcePosition(str(origin), str(topic), int(partition), int(epoch),
+                                        int(position))
+            for digest, origin, topic, partition, epoch, position in rows}
+
+
+def not_prepared(table: str) -> TargetOutcome:
+    """The answer for a table the one-way applier cannot use as it is."""
+    return reject_template(RejectReason.TABLE_NOT_ENABLED,
+                           f"table {table} is not prepared for one-way sync"
+                           " (tidesync target enable --direction UPLINK, or DOWNLINK on a ship)")
 
 
 def key_digest(event: ChangeEvent) -> str:

@@ -9,13 +9,8 @@ business table itself is left alone (no metadata columns, no triggers).
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
-
-import pymysql
-from pymysql.constants import CLIENT
+from collections.abc import Sequence
+from typing import Any
 
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.target.cas import DuplicatePrimaryKey, reject_template
@@ -23,26 +18,26 @@ from tidesync.target.contract import (
     LEDGER_TABLE,
     RejectReason,
     Route,
-    TargetError,
     TargetOutcome,
     TransientTargetError,
     same_names,
 )
-from tidesync.target.mysql_errors import map_mysql_error
 from tidesync.target.mysql_schema import inspect_mysql_table, mysql_quote
+from tidesync.target.mysql_session import MySQLSession, sql_qualified
 from tidesync.target.mysql_statements import sql_name
 from tidesync.target.mysql_values import mysql_param
 from tidesync.target.one_way import (
     KEY_POSITION_TABLE,
+    POSITION_COLUMNS,
     OneWayApplier,
     OneWayShape,
     OneWayWrite,
     SourcePosition,
+    not_prepared,
+    position_row,
+    read_positions,
 )
 from tidesync.target.table_state import EnableReport, SchemaError, check_node_id
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _LOOKUP_BATCH = 1000
 _LEDGER_DDL = (
@@ -67,12 +62,6 @@ _POSITION_DDL = (
     " PRIMARY KEY (table_name, key_digest)"
     ") ENGINE=InnoDB"
 )
-_POSITION_COLUMNS = ("origin_node_id", "source_topic", "source_partition", "replay_epoch",
-                     "source_position")
-
-
-def _qualified(database: str, table: str) -> str:
-    return f"{sql_name(database)}.{sql_name(table)}"
 
 
 def _support_tables(cursor: Any, database: str) -> set[str]:
@@ -112,7 +101,7 @@ def enable_one_way_mysql(connection: Any, database: str, table: str,
     return report
 
 
-class MySQLOneWayApplier(OneWayApplier):
+class MySQLOneWayApplier(MySQLSession, OneWayApplier):
     """Applies one-way events to MySQL/MariaDB tables prepared by `enable_one_way_mysql`.
 
     One connection (autocommit off, CLIENT.FOUND_ROWS so an UPDATE counts matched rows), UTC
@@ -129,58 +118,11 @@ class MySQLOneWayApplier(OneWayApplier):
         read_timeout: float = 60.0, write_timeout: float = 60.0,
     ) -> None:
         super().__init__(check_node_id(node_id), route, clock)
-        self._options: dict[str, Any] = {
-            "host": host, "port": port, "user": user, "password": password,
-            "database": database, "charset": "utf8mb4", "autocommit": False,
-            "client_flag": CLIENT.FOUND_ROWS, "connect_timeout": connect_timeout,
-            "read_timeout": read_timeout, "write_timeout": write_timeout,
-        }
-        self._lock_wait_timeout = lock_wait_timeout
-        self._connection: Any = None
-        self._statements: dict[tuple[object, ...], str] = {}
-
-    # -- the driver boundary ------------------------------------------------------------------
-
-    def _call(self, action: Callable[[], T], *, commit: bool = False,
-              statement: bool = False) -> T:
-        try:
-            return action()
-        except pymysql.MySQLError as error:
-            mapped = map_mysql_error(error, during_commit=commit, in_statement=statement)
-            if isinstance(mapped, TargetError):
-                log.warning("target MySQL call failed: %s", mapped.reason_code)
-                self._drop_connection()
-            raise mapped from error
-
-    def _cursor(self) -> Any:
-        if self._connection is None:
-            self._connection = self._call(self._connect)
-        return self._connection.cursor()
-
-    def _connect(self) -> Any:
-        connection = pymysql.connect(**self._options)
-        with connection.cursor() as cursor:
-            cursor.execute("SET time_zone = '+00:00', sql_mode = CONCAT_WS(',',"
-                           " NULLIF(@@sql_mode, ''), 'STRICT_ALL_TABLES')")
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-            cursor.execute("SET innodb_lock_wait_timeout = %s, lock_wait_timeout = %s",
-                           (self._lock_wait_timeout, self._lock_wait_timeout))
-        connection.commit()
-        return connection
-
-    def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None and connection.open:
-            connection.close()
-
-    def _execute(self, statement: str, params: Sequence[object], *,
-                 for_event: bool = False) -> int:
-        cursor = self._cursor()
-        return self._call(lambda: int(cursor.execute(statement, params)), statement=for_event)
-
-    def _query(self, statement: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
-        cursor = self._cursor()
-        return self._call(lambda: (cursor.execute(statement, params), list(cursor.fetchall()))[1])
+        self._open_session(
+            host=host, port=port, user=user, password=password, database=database,
+            client_flag=0, lock_wait_timeout=lock_wait_timeout,
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            write_timeout=write_timeout)
 
     # -- OneWayApplier primitives -------------------------------------------------------------
 
@@ -196,52 +138,20 @@ class MySQLOneWayApplier(OneWayApplier):
         if not state.exists:
             return reject_template(RejectReason.UNKNOWN_TABLE, f"table {table} does not exist")
         if not state.primary_key or present != {LEDGER_TABLE, KEY_POSITION_TABLE}:
-            return reject_template(RejectReason.TABLE_NOT_ENABLED,
-                                   f"table {table} is not prepared for one-way sync"
-                                   " (tidesync target enable --direction UPLINK,"
-                                   " or DOWNLINK on a ship)")
+            return not_prepared(table)
         return OneWayShape(state.shape(), other_unique_keys=unique)
-
-    def _begin(self) -> None:
-        """pymysql with autocommit off opens the transaction with the first statement."""
-
-    def _commit(self) -> None:
-        connection = self._connection
-        if connection is not None:
-            self._call(connection.commit, commit=True)
-
-    def _rollback(self) -> None:
-        connection = self._connection
-        if connection is None:
-            return
-        try:
-            self._call(connection.rollback)
-        except TargetError:
-            log.debug("rollback failed; the connection was dropped, which rolls back too")
-
-    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        found: set[uuid.UUID] = set()
-        ledger = _qualified(database, LEDGER_TABLE)
-        for start in range(0, len(event_ids), _LOOKUP_BATCH):
-            batch = [str(event_id) for event_id in event_ids[start:start + _LOOKUP_BATCH]]
-            rows = self._query(f"SELECT event_id FROM {ledger} WHERE event_id IN"  # noqa: S608
-                               f" ({', '.join(['%s'] * len(batch))})", batch)
-            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
-        return found
 
     def _positions(self, database: str, table: str,
                    digests: Sequence[str]) -> dict[str, SourcePosition]:
         found: dict[str, SourcePosition] = {}
-        positions = _qualified(database, KEY_POSITION_TABLE)
+        positions = sql_qualified(database, KEY_POSITION_TABLE)
         for start in range(0, len(digests), _LOOKUP_BATCH):
             batch = list(digests[start:start + _LOOKUP_BATCH])
             rows = self._query(
-                f"SELECT key_digest, {', '.join(_POSITION_COLUMNS)} FROM {positions}"  # noqa: S608
+                f"SELECT key_digest, {', '.join(POSITION_COLUMNS)} FROM {positions}"  # noqa: S608
                 f" WHERE table_name = %s AND key_digest IN ({', '.join(['%s'] * len(batch))})",
                 [table, *batch])
-            for digest, origin, topic, partition, epoch, position in rows:
-                found[str(digest)] = SourcePosition(str(origin), str(topic), int(partition),
-                                                    int(epoch), int(position))
+            found.update(read_positions(rows))
         return found
 
     def _upsert(self, write: OneWayWrite) -> None:
@@ -253,7 +163,7 @@ class MySQLOneWayApplier(OneWayApplier):
         if self._update(write):
             return
         try:
-            self._execute(f"INSERT INTO {_qualified(shape.database, shape.table)}"  # noqa: S608
+            self._execute(f"INSERT INTO {sql_qualified(shape.database, shape.table)}"  # noqa: S608
                           f" ({', '.join(sql_name(column) for column in write.columns)})"
                           f" VALUES ({', '.join(['%s'] * len(write.columns))})", params,
                           for_event=True)
@@ -264,16 +174,14 @@ class MySQLOneWayApplier(OneWayApplier):
     def _update(self, write: OneWayWrite) -> int:
         shape = write.shape.table
         key = [mysql_param(value) for value in write.key]
-        changes = [(column, mysql_param(value))
-                   for column, value in zip(write.columns, write.values, strict=True)
-                   if column not in shape.key_columns]
+        changes = [(column, mysql_param(value)) for column, value in write.changes]
         where = f" WHERE {_key_match(shape.primary_key)}"
         if not changes:
-            return len(self._query(f"SELECT 1 FROM {_qualified(shape.database, shape.table)}"  # noqa: S608
+            return len(self._query(f"SELECT 1 FROM {sql_qualified(shape.database, shape.table)}"  # noqa: S608
                                    f"{where}", key))
         # CLIENT.FOUND_ROWS: the count is of rows matched, changed or not.
         return self._execute(
-            f"UPDATE {_qualified(shape.database, shape.table)} SET"  # noqa: S608
+            f"UPDATE {sql_qualified(shape.database, shape.table)} SET"  # noqa: S608
             f" {', '.join(f'{sql_name(column)} = %s' for column, _ in changes)}{where}",
             [*(param for _, param in changes), *key], for_event=True)
 
@@ -288,7 +196,7 @@ class MySQLOneWayApplier(OneWayApplier):
                 first = sql_name(shape.primary_key[0])
                 updates = [f"{first} = {first}"]
             text = self._statements[cache_key] = (
-                f"INSERT INTO {_qualified(shape.database, shape.table)}"  # noqa: S608
+                f"INSERT INTO {sql_qualified(shape.database, shape.table)}"  # noqa: S608
                 f" ({', '.join(sql_name(column) for column in write.columns)})"
                 f" VALUES ({', '.join(['%s'] * len(write.columns))})"
                 f" ON DUPLICATE KEY UPDATE {', '.join(updates)}")
@@ -296,21 +204,18 @@ class MySQLOneWayApplier(OneWayApplier):
 
     def _delete(self, write: OneWayWrite) -> None:
         shape = write.shape.table
-        self._execute(f"DELETE FROM {_qualified(shape.database, shape.table)}"  # noqa: S608
+        self._execute(f"DELETE FROM {sql_qualified(shape.database, shape.table)}"  # noqa: S608
                       f" WHERE {_key_match(shape.primary_key)}",
                       [mysql_param(value) for value in write.key], for_event=True)
 
     def _save_position(self, write: OneWayWrite, now: dt.datetime) -> None:
-        source = write.source
         self._execute(
-            f"INSERT INTO {_qualified(write.database, KEY_POSITION_TABLE)} (table_name,"  # noqa: S608
-            f" key_digest, {', '.join(_POSITION_COLUMNS)}, event_id, updated_at)"
+            f"INSERT INTO {sql_qualified(write.database, KEY_POSITION_TABLE)} (table_name,"  # noqa: S608
+            f" key_digest, {', '.join(POSITION_COLUMNS)}, event_id, updated_at)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE"
-            f" {', '.join(f'{name} = VALUES({name})' for name in _POSITION_COLUMNS)},"
+            f" {', '.join(f'{name} = VALUES({name})' for name in POSITION_COLUMNS)},"
             " event_id = VALUES(event_id), updated_at = VALUES(updated_at)",
-            [write.table, write.digest, source.origin_node_id, source.topic, source.partition,
-             source.replay_epoch, source.position, str(write.event.event_id),
-             mysql_param(now)])
+            position_row(write, mysql_param(now)))
 
     def _insert_ledger(self, database: str, writes: Sequence[OneWayWrite],
                        now: dt.datetime) -> None:
@@ -321,27 +226,9 @@ class MySQLOneWayApplier(OneWayApplier):
             params += [str(write.event.event_id), write.event.origin_node_id, write.table,
                        mysql_param(now)]
         self._execute(
-            f"INSERT INTO {_qualified(database, LEDGER_TABLE)} (event_id, origin_node_id,"  # noqa: S608
+            f"INSERT INTO {sql_qualified(database, LEDGER_TABLE)} (event_id, origin_node_id,"  # noqa: S608
             f" table_name, applied_at) VALUES {', '.join(['(%s, %s, %s, %s)'] * len(writes))}",
             params)
-
-    # -- the rest of TargetApplier ------------------------------------------------------------
-
-    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        """Looks in the ledger of every database on the server that has one."""
-        if not event_ids:
-            return set()
-        databases = [str(name) for (name,) in self._query(
-            "SELECT TABLE_SCHEMA FROM information_schema.TABLES WHERE TABLE_NAME = %s",
-            (LEDGER_TABLE,))]
-        found: set[uuid.UUID] = set()
-        for database in databases:
-            found |= self._ledger_holds(database, event_ids)
-        self._rollback()
-        return found
-
-    def close(self) -> None:
-        self._drop_connection()
 
 
 def _key_match(primary_key: Sequence[str]) -> str:

@@ -9,12 +9,9 @@ upserted with `INSERT … ON CONFLICT (primary key) DO UPDATE`.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import sqlite3
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
 
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.target.cas import reject_template
@@ -22,22 +19,28 @@ from tidesync.target.contract import (
     LEDGER_TABLE,
     RejectReason,
     Route,
-    TargetError,
     TargetOutcome,
 )
 from tidesync.target.one_way import (
     KEY_POSITION_TABLE,
+    POSITION_COLUMNS,
     OneWayApplier,
     OneWayShape,
     OneWayWrite,
     SourcePosition,
+    not_prepared,
+    position_row,
+    read_positions,
 )
-from tidesync.target.sqlite import MAIN, in_main_database, map_sqlite_error, sqlite_param
+from tidesync.target.sqlite import (
+    MAIN,
+    SQLiteSession,
+    datetime_text,
+    in_main_database,
+    sqlite_param,
+)
 from tidesync.target.sqlite_schema import inspect_sqlite_table, sqlite_quote
 from tidesync.target.table_state import EnableReport, SchemaError, check_node_id
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _LOOKUP_BATCH = 500
 _LEDGER_DDL = (
@@ -51,9 +54,6 @@ _POSITION_DDL = (
     " replay_epoch BIGINT NOT NULL, source_position BIGINT NOT NULL,"
     " event_id CHAR(36) NOT NULL, updated_at DATETIME(6) NOT NULL,"
     " PRIMARY KEY (table_name, key_digest))")
-_POSITION_COLUMNS = ("origin_node_id", "source_topic", "source_partition", "replay_epoch",
-                     "source_position")
-_DATETIME_TEXT = "%Y-%m-%d %H:%M:%S.%f"
 
 
 def _support_tables(connection: sqlite3.Connection) -> set[str]:
@@ -90,47 +90,14 @@ def enable_one_way_sqlite(connection: sqlite3.Connection, table: str,
     return report
 
 
-class SQLiteOneWayApplier(OneWayApplier):
+class SQLiteOneWayApplier(SQLiteSession, OneWayApplier):
     """Applies one-way events to tables of one SQLite file prepared by
     `enable_one_way_sqlite` (write transactions `BEGIN IMMEDIATE`; one thread at a time)."""
 
     def __init__(self, path: str | Path, *, node_id: str, route: Route = in_main_database,
                  clock: Clock = utc_now, busy_timeout: float = 10.0) -> None:
         super().__init__(check_node_id(node_id), route, clock)
-        self._path = str(path)
-        self._busy_timeout = busy_timeout
-        self._connection: sqlite3.Connection | None = None
-        self._statements: dict[tuple[object, ...], str] = {}
-
-    def _call(self, action: Callable[[], T], *, commit: bool = False,
-              statement: bool = False) -> T:
-        try:
-            return action()
-        except (sqlite3.Error, OverflowError) as error:
-            mapped = map_sqlite_error(error, during_commit=commit, in_statement=statement)
-            if isinstance(mapped, TargetError):
-                log.warning("target SQLite call failed: %s", mapped.reason_code)
-            raise mapped from error
-
-    def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self._connection = self._call(self._connect)
-        return self._connection
-
-    def _connect(self) -> sqlite3.Connection:
-        connection = sqlite3.connect(self._path, timeout=self._busy_timeout,
-                                     isolation_level=None, check_same_thread=False)
-        connection.execute("PRAGMA foreign_keys = ON")
-        return connection
-
-    def _execute(self, statement: str, params: Sequence[object] = (), *,
-                 for_event: bool = False) -> int:
-        db = self._db()
-        return self._call(lambda: db.execute(statement, params).rowcount, statement=for_event)
-
-    def _query(self, statement: str, params: Sequence[object] = ()) -> list[Any]:
-        db = self._db()
-        return self._call(lambda: db.execute(statement, params).fetchall())
+        self._open_session(path, busy_timeout)
 
     # -- OneWayApplier primitives -------------------------------------------------------------
 
@@ -144,36 +111,8 @@ class SQLiteOneWayApplier(OneWayApplier):
         if not state.exists:
             return reject_template(RejectReason.UNKNOWN_TABLE, f"table {table} does not exist")
         if not state.primary_key or present != {LEDGER_TABLE, KEY_POSITION_TABLE}:
-            return reject_template(RejectReason.TABLE_NOT_ENABLED,
-                                   f"table {table} is not prepared for one-way sync"
-                                   " (tidesync target enable --direction UPLINK,"
-                                   " or DOWNLINK on a ship)")
+            return not_prepared(table)
         return OneWayShape(state.shape())
-
-    def _begin(self) -> None:
-        self._execute("BEGIN IMMEDIATE")
-
-    def _commit(self) -> None:
-        db = self._db()
-        self._call(lambda: db.execute("COMMIT"), commit=True)
-
-    def _rollback(self) -> None:
-        db = self._connection
-        if db is not None and db.in_transaction:
-            try:
-                self._call(lambda: db.execute("ROLLBACK"))
-            except TargetError:
-                log.warning("rollback failed; closing the target database connection")
-                self.close()
-
-    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        found: set[uuid.UUID] = set()
-        for start in range(0, len(event_ids), _LOOKUP_BATCH):
-            batch = [str(event_id) for event_id in event_ids[start:start + _LOOKUP_BATCH]]
-            rows = self._query(f"SELECT event_id FROM {LEDGER_TABLE} WHERE event_id IN"  # noqa: S608
-                               f" ({', '.join(['?'] * len(batch))})", batch)
-            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
-        return found
 
     def _positions(self, database: str, table: str,
                    digests: Sequence[str]) -> dict[str, SourcePosition]:
@@ -181,12 +120,10 @@ class SQLiteOneWayApplier(OneWayApplier):
         for start in range(0, len(digests), _LOOKUP_BATCH):
             batch = list(digests[start:start + _LOOKUP_BATCH])
             rows = self._query(
-                f"SELECT key_digest, {', '.join(_POSITION_COLUMNS)}"  # noqa: S608
+                f"SELECT key_digest, {', '.join(POSITION_COLUMNS)}"  # noqa: S608
                 f" FROM {KEY_POSITION_TABLE} WHERE table_name = ? AND key_digest IN"
                 f" ({', '.join(['?'] * len(batch))})", [table, *batch])
-            for digest, origin, topic, partition, epoch, position in rows:
-                found[str(digest)] = SourcePosition(str(origin), str(topic), int(partition),
-                                                    int(epoch), int(position))
+            found.update(read_positions(rows))
         return found
 
     def _upsert(self, write: OneWayWrite) -> None:
@@ -208,9 +145,7 @@ class SQLiteOneWayApplier(OneWayApplier):
     def _update(self, write: OneWayWrite) -> int:
         shape = write.shape.table
         key = [sqlite_param(value) for value in write.key]
-        changes = [(column, sqlite_param(value))
-                   for column, value in zip(write.columns, write.values, strict=True)
-                   if column not in shape.key_columns]
+        changes = [(column, sqlite_param(value)) for column, value in write.changes]
         where = f" WHERE {' AND '.join(f'{sqlite_quote(c)} = ?' for c in shape.primary_key)}"
         if not changes:
             return len(self._query(f"SELECT 1 FROM {sqlite_quote(shape.table)}{where}", key))  # noqa: S608
@@ -226,40 +161,15 @@ class SQLiteOneWayApplier(OneWayApplier):
                       [sqlite_param(value) for value in write.key], for_event=True)
 
     def _save_position(self, write: OneWayWrite, now: dt.datetime) -> None:
-        source = write.source
         self._execute(
             f"INSERT INTO {KEY_POSITION_TABLE} (table_name, key_digest,"  # noqa: S608
-            f" {', '.join(_POSITION_COLUMNS)}, event_id, updated_at)"
+            f" {', '.join(POSITION_COLUMNS)}, event_id, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (table_name, key_digest) DO UPDATE"
-            f" SET {', '.join(f'{name} = excluded.{name}' for name in _POSITION_COLUMNS)},"
+            f" SET {', '.join(f'{name} = excluded.{name}' for name in POSITION_COLUMNS)},"
             " event_id = excluded.event_id, updated_at = excluded.updated_at",
-            [write.table, write.digest, source.origin_node_id, source.topic, source.partition,
-             source.replay_epoch, source.position, str(write.event.event_id),
-             _datetime_text(now)])
+            position_row(write, datetime_text(now)))
 
     def _insert_ledger(self, database: str, writes: Sequence[OneWayWrite],
                        now: dt.datetime) -> None:
-        applied_at = _datetime_text(now)
-        rows = [(str(write.event.event_id), write.event.origin_node_id, write.table, applied_at)
-                for write in writes]
-        db = self._db()
-        self._call(lambda: db.executemany(
-            f"INSERT INTO {LEDGER_TABLE} (event_id, origin_node_id, table_name, applied_at)"  # noqa: S608
-            " VALUES (?, ?, ?, ?)", rows))
-
-    # -- the rest of TargetApplier ------------------------------------------------------------
-
-    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        if not event_ids or not self._query(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)):
-            return set()
-        return self._ledger_holds(MAIN, event_ids)
-
-    def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
-
-def _datetime_text(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).strftime(_DATETIME_TEXT)
+        self._insert_ledger_rows(((write.event.event_id, write.event.origin_node_id, write.table)
+                            for write in writes), now)

@@ -10,7 +10,7 @@ import json
 import logging
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +53,7 @@ T = TypeVar("T")
 
 MAIN = "main"
 _DATETIME_TEXT = "%Y-%m-%d %H:%M:%S.%f"
+_LOOKUP_BATCH = 500
 
 # Extended and primary result codes (sqlite3.h).
 _PRIMARY_KEY = 1555
@@ -115,14 +116,15 @@ def map_sqlite_error(error: Exception, *, during_commit: bool = False,
 # --- values ---------------------------------------------------------------------------------
 
 
-def _datetime_text(value: dt.datetime) -> str:
+def datetime_text(value: dt.datetime) -> str:
+    """A moment as the UTC text SQLite keeps in DATETIME columns."""
     return value.astimezone(dt.UTC).strftime(_DATETIME_TEXT)
 
 
 _ENCODE: dict[type, Callable[[Any], object]] = {
     bool: int,
     Decimal: str,
-    dt.datetime: _datetime_text,
+    dt.datetime: datetime_text,
     dt.date: dt.date.isoformat,
     dt.time: dt.time.isoformat,
     JsonText: lambda value: value.text,
@@ -175,34 +177,31 @@ def _decode(value: object, column: ColumnType) -> Value:
     return str(value)
 
 
-# --- the applier ----------------------------------------------------------------------------
+# --- the driver boundary both SQLite appliers share ---------------------------------------
 
 
-class SQLiteTargetApplier(CompareAndSetApplier):
-    """Applies change events to tables of one SQLite file enabled by `enable_sqlite_table`.
+class SQLiteSession:
+    """One sqlite3 connection in autocommit mode (transactions are explicit, `BEGIN
+    IMMEDIATE`), opened on first use; every sqlite3 error is mapped in `_call` and nowhere
+    else; the `_sync_applied` ledger. Mixed into the appliers of this package ahead of their
+    applier base class."""
 
-    The write transaction is `BEGIN IMMEDIATE` (the write lock up front, so two writers never
-    deadlock upgrading), sets `_sync_session.remote_apply = 1` first and back to 0 just before
-    COMMIT. Routes must map to the `main` database. Use from one thread at a time.
-    """
+    _path: str
+    _busy_timeout: float
+    _connection: sqlite3.Connection | None
+    _statements: dict[tuple[object, ...], str]
 
-    def __init__(
-        self, path: str | Path, *, node_id: str, route: Route = in_main_database,
-        clock: Clock = utc_now, busy_timeout: float = 10.0,
-    ) -> None:
-        super().__init__(check_node_id(node_id), route, clock)
+    def _open_session(self, path: str | Path, busy_timeout: float) -> None:
         self._path = str(path)
         self._busy_timeout = busy_timeout
-        self._connection: sqlite3.Connection | None = None
-        self._statements: dict[tuple[object, ...], str] = {}
-
-    # -- the driver boundary ------------------------------------------------------------------
+        self._connection = None
+        self._statements = {}
 
     def _call(self, action: Callable[[], T], *, commit: bool = False,
               statement: bool = False) -> T:
-        """Run a driver call; every sqlite3 error is mapped here and nowhere else.
+        """Run a driver call, mapping its error.
 
-        `statement`: the call runs an event's compare-and-set statement (see map_sqlite_error).
+        `statement`: the call runs an event's statement (see map_sqlite_error).
         """
         try:
             return action()
@@ -232,6 +231,71 @@ class SQLiteTargetApplier(CompareAndSetApplier):
         db = self._db()
         return self._call(lambda: db.execute(statement, params).fetchall())
 
+    def _begin(self) -> None:
+        self._execute("BEGIN IMMEDIATE")
+
+    def _commit(self) -> None:
+        db = self._db()
+        self._call(lambda: db.execute("COMMIT"), commit=True)
+
+    def _rollback(self) -> None:
+        db = self._connection
+        if db is not None and db.in_transaction:
+            try:
+                self._call(lambda: db.execute("ROLLBACK"))
+            except TargetError:
+                log.warning("rollback failed; closing the target database connection")
+                self.close()
+
+    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        found: set[uuid.UUID] = set()
+        for start in range(0, len(event_ids), _LOOKUP_BATCH):
+            batch = [str(event_id) for event_id in event_ids[start:start + _LOOKUP_BATCH]]
+            rows = self._query(f"SELECT event_id FROM {LEDGER_TABLE} WHERE event_id IN"  # noqa: S608
+                               f" ({', '.join(['?'] * len(batch))})", batch)
+            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
+        return found
+
+    def _insert_ledger_rows(self, entries: Iterable[tuple[uuid.UUID, str, str]],
+                      now: dt.datetime) -> None:
+        """Ledger rows (event id, origin node, table), all applied at `now`."""
+        applied_at = datetime_text(now)
+        rows = [(str(event_id), origin, table, applied_at) for event_id, origin, table in entries]
+        db = self._db()
+        self._call(lambda: db.executemany(
+            f"INSERT INTO {LEDGER_TABLE} (event_id, origin_node_id, table_name, applied_at)"  # noqa: S608
+            " VALUES (?, ?, ?, ?)", rows))
+
+    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        if not event_ids or not self._query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)):
+            return set()
+        return self._ledger_holds(MAIN, event_ids)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+
+# --- the applier ----------------------------------------------------------------------------
+
+
+class SQLiteTargetApplier(SQLiteSession, CompareAndSetApplier):
+    """Applies change events to tables of one SQLite file enabled by `enable_sqlite_table`.
+
+    The write transaction is `BEGIN IMMEDIATE` (the write lock up front, so two writers never
+    deadlock upgrading), sets `_sync_session.remote_apply = 1` first and back to 0 just before
+    COMMIT. Routes must map to the `main` database. Use from one thread at a time.
+    """
+
+    def __init__(
+        self, path: str | Path, *, node_id: str, route: Route = in_main_database,
+        clock: Clock = utc_now, busy_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(check_node_id(node_id), route, clock)
+        self._open_session(path, busy_timeout)
+
     # -- CompareAndSetApplier primitives ------------------------------------------------------
 
     def _inspect(self, database: str, table: str) -> TableShape | TargetOutcome:
@@ -248,7 +312,7 @@ class SQLiteTargetApplier(CompareAndSetApplier):
         return state.shape()
 
     def _begin(self) -> None:
-        self._execute("BEGIN IMMEDIATE")
+        super()._begin()
         self._execute(f"UPDATE {SQLITE_SESSION_TABLE} SET remote_apply = 1 WHERE id = 1")  # noqa: S608
 
     def _insert(self, write: PlannedWrite, now: dt.datetime) -> None:
@@ -292,7 +356,7 @@ class SQLiteTargetApplier(CompareAndSetApplier):
             f"UPDATE {sqlite_quote(shape.table)} SET {REVISION_COLUMN} = ?,"  # noqa: S608
             f" {ORIGIN_COLUMN} = ?, {EVENT_ID_COLUMN} = ?, {UPDATED_AT_COLUMN} = ?"
             f" WHERE {_key_match(shape)} AND {REVISION_COLUMN} = ?",
-            [mark, event.origin_node_id, str(event.event_id), _datetime_text(self._clock()),
+            [mark, event.origin_node_id, str(event.event_id), datetime_text(self._clock()),
              *key, _revision_param(shape, event.base_revision)], for_event=True)
         if marked != 1:
             return 0
@@ -312,46 +376,16 @@ class SQLiteTargetApplier(CompareAndSetApplier):
                for (name, kind), raw in zip(shape.columns.items(), rows[0], strict=True)}
         return row, parse_revision(row.get(REVISION_COLUMN))
 
-    def _ledger_holds(self, database: str, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        found: set[uuid.UUID] = set()
-        for start in range(0, len(event_ids), 500):
-            batch = [str(event_id) for event_id in event_ids[start:start + 500]]
-            rows = self._query(f"SELECT event_id FROM {LEDGER_TABLE} WHERE event_id IN"  # noqa: S608
-                               f" ({', '.join(['?'] * len(batch))})", batch)
-            found.update(uuid.UUID(str(event_id)) for (event_id,) in rows)
-        return found
-
     def _insert_ledger(self, database: str, writes: Sequence[PlannedWrite],
                        now: dt.datetime) -> None:
-        applied_at = _datetime_text(now)
-        rows = [(str(write.event.event_id), write.event.origin_node_id, write.shape.table,
-                 applied_at) for write in writes]
-        db = self._db()
-        self._call(lambda: db.executemany(
-            f"INSERT INTO {LEDGER_TABLE} (event_id, origin_node_id, table_name, applied_at)"  # noqa: S608
-            " VALUES (?, ?, ?, ?)", rows))
+        self._insert_ledger_rows(((write.event.event_id, write.event.origin_node_id,
+                             write.shape.table) for write in writes), now)
 
     def _commit(self) -> None:
         self._execute(f"UPDATE {SQLITE_SESSION_TABLE} SET remote_apply = 0 WHERE id = 1")  # noqa: S608
-        db = self._db()
-        self._call(lambda: db.execute("COMMIT"), commit=True)
-
-    def _rollback(self) -> None:
-        db = self._connection
-        if db is not None and db.in_transaction:
-            try:
-                self._call(lambda: db.execute("ROLLBACK"))
-            except TargetError:
-                log.warning("rollback failed; closing the target database connection")
-                self.close()
+        super()._commit()
 
     # -- the rest of TargetApplier ------------------------------------------------------------
-
-    def applied_event_ids(self, event_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        if not event_ids or not self._query(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEDGER_TABLE,)):
-            return set()
-        return self._ledger_holds(MAIN, event_ids)
 
     def current_row(
         self, database: str, table: str, primary_key: Mapping[str, Value],
@@ -366,17 +400,12 @@ class SQLiteTargetApplier(CompareAndSetApplier):
             shape = state.shape()
         return self._read_row(shape, key_in_table_order(shape, primary_key))
 
-    def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            connection.close()
-
 
 def _metadata(write: PlannedWrite, now: dt.datetime) -> tuple[object, ...]:
     event = write.event
     assert event.result_revision is not None
     return (_revision_param(write.shape, event.result_revision), event.origin_node_id,
-            str(event.event_id), _datetime_text(now))
+            str(event.event_id), datetime_text(now))
 
 
 def _revision_param(shape: TableShape, revision: Revision) -> object:
