@@ -9,11 +9,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,19 @@ RECONCILED = re.compile(
     r"(?P<shore_sum>[0-9a-f]{12})\s+(?P<match>yes|NO)$", re.MULTILINE)
 
 
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """The demo's data directory, outside pytest's temporary root. Run as root, the embedded
+    PostgreSQL server runs as a system user of its own that must traverse every parent
+    directory; each pytest session that starts on the machine makes its temporary root
+    private to root again (0700), and a server starting meanwhile is shut out of its data."""
+    parent = Path(tempfile.mkdtemp(prefix="tidesync-demo-test-"))
+    try:
+        yield parent / "demo"
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
 def run_demo(data_dir: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     began = time.monotonic()
     result = subprocess.run(
@@ -36,8 +52,7 @@ def run_demo(data_dir: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     return result, time.monotonic() - began
 
 
-def test_demo_syncs_the_ship_to_the_shore_and_reconciles(tmp_path: Path) -> None:
-    data_dir = tmp_path / "demo"
+def test_demo_syncs_the_ship_to_the_shore_and_reconciles(data_dir: Path) -> None:
     for run in (1, 2):
         result, seconds = run_demo(data_dir)
         out = result.stdout
@@ -77,8 +92,7 @@ def test_demo_syncs_the_ship_to_the_shore_and_reconciles(tmp_path: Path) -> None
         assert "Traceback" not in result.stderr
 
 
-def test_a_person_decides_the_held_conflict_with_the_printed_command(tmp_path: Path) -> None:
-    data_dir = tmp_path / "demo"
+def test_a_person_decides_the_held_conflict_with_the_printed_command(data_dir: Path) -> None:
     demo = subprocess.Popen(
         [*TIDESYNC, "demo", "--data-dir", str(data_dir), "--port", "0", "--duration", "150"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

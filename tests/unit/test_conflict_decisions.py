@@ -215,6 +215,25 @@ def test_a_decision_goes_again_to_a_node_holding_a_row_the_case_weighed():
     assert case.retargets_to("ship-1") == 3
 
 
+def test_a_ship_change_recorded_after_the_decision_is_not_one_it_weighed():
+    # The ship changed the row again after the decision; its upload joins the case before
+    # the ship's stale answer is read. The decision must not go again over that change.
+    case = new_case()
+    decide(case)
+    dispatched(case)
+    newer = Revision(uuid.UUID("77777777-7777-4777-8777-777777777777").bytes)
+    ship_report(case, {"id": ["int", "7"], "qty": ["int", "44"]}, newer)
+    ship_report(case, None, None)
+    case.record_ack("ship-1", "c-1", "COMMAND_CONFLICT_REPORTED", "DECISION_STALE",
+                    "node:ship-1", "stale")
+    assert not case.weighed(newer.text) and not case.weighed(None)
+    assert refusal(lambda: case.check_retarget("ship-1", newer.text)) is (
+        ConflictRefusal.NOT_RETARGETABLE)
+    assert refusal(lambda: case.check_retarget("ship-1", None)) is (
+        ConflictRefusal.NOT_RETARGETABLE)
+    case.retarget("ship-1", "c-2", SHIP_RESULT.text, "system:arbiter", "again")  # weighed
+
+
 def test_no_row_counts_as_weighed_only_where_the_evidence_shows_one_missing():
     case = new_case()
     assert not case.weighed(None) and case.weighed(SHIP_RESULT.text)

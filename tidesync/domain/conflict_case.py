@@ -444,16 +444,20 @@ class ConflictCase(Aggregate):
 
     def weighed(self, revision: str | None) -> bool:
         """Whether the case's evidence (or its decision) shows the record at this revision
-        (None: without a row) on either side."""
-        decided = (self.decision or {}).get("decided_revision")
+        (None: without a row) on either side. Once decided, only the evidence the decision
+        was made on counts: a change recorded after it is one the decision never weighed."""
+        decision = self.decision or {}
+        decided = decision.get("decided_revision")
+        count = decision.get("evidence_count")
+        evidence = self.evidence if count is None else self.evidence[:int(str(count))]
         if revision is None:
-            return bool((self.decision or {}).get("tombstone")) or any(
+            return bool(decision.get("tombstone")) or any(
                 item.get("current_row") is None or item.get("incoming_after") is None
-                for item in self.evidence)
+                for item in evidence)
         return revision == decided or any(
             revision in (item.get("current_revision"), item.get("incoming_result_revision"),
                          item.get("incoming_base_revision"))
-            for item in self.evidence)
+            for item in evidence)
 
     def check_retarget(self, node_id: str, local_revision: str | None) -> None:
         """Raise ConflictRefused unless `retarget` to this node would be accepted: the node
