@@ -48,6 +48,7 @@ from tidesync.domain.conflict_case import (
     rule_for_record,
 )
 from tidesync.domain.downlink_command import CommandKind, NewCommand, RowChangePayload
+from tidesync.localservices import PostgresDatabase
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.state import SQLiteShipState
@@ -215,6 +216,17 @@ def world(shore, downlink_service, tmp_path: Path) -> Iterator[World]:
     reader.close()
     ship_target.close()
     state.close()
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: every pair decides the same keys of the same table, which
+    another test's cases, commands or arbiter leases on them would hold."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
 
 
 @pytest.fixture
