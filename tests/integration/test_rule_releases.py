@@ -22,6 +22,7 @@ from tidesync.domain.rules.release import NodeActivation, ReleaseStatus, release
 from tidesync.domain.rules.sync_rule import Direction, Selector, SyncRule
 from tidesync.entrypoints import rules_cli
 from tidesync.entrypoints.cli import main
+from tidesync.localservices import PostgresDatabase
 from tidesync.projections.catalogue import default_catalogue
 
 pytestmark = pytest.mark.services
@@ -32,6 +33,17 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rules" / "crew.tom
 
 def new_rule_id() -> str:
     return f"crew-{secrets.token_hex(4)}"
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: once a rule is released in a database, the shore applies by
+    rules there, which every other test sharing it would see."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
 
 
 def open_app(pg_database, four_eyes: bool = False) -> RuleReleasesApplication:

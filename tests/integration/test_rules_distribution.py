@@ -50,6 +50,17 @@ from tidesync.wire.signing import RESPONSE_SIGNATURE_HEADER, response_signature_
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: once a rule is released in a database, the shore applies by
+    rules there, which every other test sharing it would see."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
+
+
 # The fixtures of the sync API's main test module: its database and clock.
 database, clock = base.database, base.clock
 
@@ -200,8 +211,12 @@ def test_config_offers_exactly_the_rules_that_select_the_node(fleet: Fleet) -> N
     assert snapshot.content == crew.canonical() and snapshot.checksum == crew.checksum()
     assert north.config_version == config_version(
         [OfferedRule.of(crew, ReleaseStatus.DISTRIBUTING)])
+    # The control parameters are the shore's own settings of its upload limits.
+    shore = fleet.config.shore
     assert (north.control.batch_max_events, north.control.heartbeat_interval_seconds,
-            north.control.batch_max_uncompressed_bytes) == (500, 60, 8 * 1024 * 1024)
+            north.control.batch_max_uncompressed_bytes) == (
+        shore.max_events_per_batch, shore.heartbeat_interval_seconds,
+        shore.max_decompressed_bytes)
 
     both = offered(fleet.client("both").config())
     assert [(r.rule_id, r.version) for r in both.rules] == [("cargo", 1), ("crew", 2)]

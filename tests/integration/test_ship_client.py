@@ -277,7 +277,7 @@ def test_a_blocked_record_holds_the_commit_and_a_restart_sends_nothing_again(
         try:
             # Everything after the blocked record is read again: nothing is sent again.
             assert restarted.run(until_idle=True, timeout=60) is ExitCode.BLOCKED
-            assert restarted.uploaded_batches == 0
+            assert restarted.uploads.uploaded_batches == 0
             assert restarted.state.state_counts() == {"TERMINAL": events, "BLOCKED": 1}
             (watermark,) = restarted.state.watermarks()
             assert (watermark.terminal_offset, watermark.committed_offset) == (0, 1)
@@ -291,7 +291,7 @@ def test_a_blocked_record_holds_the_commit_and_a_restart_sends_nothing_again(
         again = build_client(config)
         try:
             assert again.run(until_idle=True, timeout=60) is ExitCode.BLOCKED
-            assert again.uploaded_batches == 0
+            assert again.uploads.uploaded_batches == 0
         finally:
             again.close()
         assert len(inbox(pg_database, shore.node_id)) == events
@@ -317,7 +317,9 @@ def test_a_refused_identity_blocks_the_node_but_not_the_capture(
             transport = client.health.get(Subsystem.TRANSPORT)
             assert transport is not None
             assert (transport.state, transport.reason_code) == ("BLOCKED", "AUTH_BAD_SIGNATURE")
-            assert client.state.state_counts() == {"READY": 5}  # read and kept, not lost
+            # Read and kept, not lost: held in the batch that is sent again, under its id,
+            # once the node is accepted.
+            assert client.state.state_counts() == {"IN_FLIGHT": 5}
             report = status_report(client.state)
         finally:
             client.close()
