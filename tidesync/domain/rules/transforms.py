@@ -287,7 +287,10 @@ def _round(value: Value, args: BoundArgs, context: TransformContext) -> Value:
         return number
     exact = Context(prec=max(1, number.adjusted() + places + 2), rounding=ROUND_HALF_UP,
                     Emax=MAX_EMAX, Emin=MIN_EMIN)
-    return _positive_zero(number.quantize(Decimal(1).scaleb(-places), context=exact))
+    # A result this transform would refuse as input (too many digits) is refused now, so
+    # rounding a rounded value always gives it back.
+    return _decimal(_positive_zero(number.quantize(Decimal(1).scaleb(-places), context=exact)),
+                    "round@1")
 
 
 def _scale(value: Value, args: BoundArgs, context: TransformContext) -> Value:
