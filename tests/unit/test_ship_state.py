@@ -37,6 +37,7 @@ from tidesync.ship.state import (
     TerminalResult,
     queue_key_digest,
 )
+from tidesync.ship.state.watermarks import _FIRST_PER_OPEN_STATE
 
 NODE = "ship-7"
 TOPIC = "sync.cdc.fleet.items"
@@ -102,16 +103,15 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
     assert versions == [(1, "0001_state"), (2, "0002_downlink_commands"),
                         (3, "0003_operator_actions"), (4, "0004_domain_command_kinds"),
                         (5, "0005_rule_switch"), (6, "0006_resend_command_kind"),
-                        (7, "0007_replay_runs")]
+                        (7, "0007_replay_runs"), (8, "0008_open_events_by_state"),
+                        (9, "0009_reconcile_command_kinds")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",
             "applied_command", "queue_metric"} <= tables
     plan = " ".join(str(row) for row in state.conn.execute(
-        "EXPLAIN QUERY PLAN SELECT min(kafka_offset) FROM event_state WHERE direction = ?"
-        " AND topic = ? AND kafka_partition = ? AND replay_epoch = ?"
-        " AND state NOT IN ('TERMINAL', 'EXPIRED_APPROVED')", ("UPLINK", TOPIC, 0, 0)))
-    assert "event_state_open" in plan
+        "EXPLAIN QUERY PLAN " + _FIRST_PER_OPEN_STATE, ("UPLINK", TOPIC, 0, 0)))
+    assert "COVERING INDEX event_state_open" in plan and "state=?" in plan
     state.close()
     again = SQLiteShipState(path, NODE, "group-1")  # reopening applies nothing twice
     assert again.migrate() == []

@@ -60,11 +60,25 @@ def revision_in_image(image: Mapping[str, Value] | None, image_name: str, column
         if isinstance(raw, str):
             if len(raw) == 24:  # BINARY(16) under binary.handling.mode=base64
                 return Revision(binascii.a2b_base64(raw, strict_mode=True))
-            return Revision.parse(raw)
+            canonical = _canonical_uuid_bytes(raw)
+            return Revision(canonical) if canonical is not None else Revision.parse(raw)
     except ValueError:
         pass
     raise Blocked(BlockReason.INVALID_REVISION,
                   f"{column} in the {image_name} image is not a 16-byte revision")
+
+
+def _canonical_uuid_bytes(text: str) -> bytes | None:
+    """The 16 bytes of UUID text in its canonical 8-4-4-4-12 form (what CHAR(36) revisions
+    hold), without building a UUID; None for any other form, which `Revision.parse` reads."""
+    if len(text) != 36 or text[8] != "-" or text[13] != "-" or text[18] != "-" or (
+            text[23] != "-"):
+        return None
+    try:
+        value = bytes.fromhex(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
+    except ValueError:
+        return None
+    return value if len(value) == 16 else None
 
 
 def check_source(source: Mapping[str, Any]) -> None:

@@ -72,13 +72,17 @@ class RowPlan:
         columns = tuple(row)
         specs = self._layouts.get(columns)
         if specs is not None:
+            # Copied whole, then only the values not already of their Value type decoded:
+            # most columns of a row are taken as they are.
+            fast = dict(row)
             try:
-                return {column: raw if type(raw) is fast_type else
-                        None if raw is None else decoder(raw)
-                        for (column, fast_type, decoder), raw in zip(
-                            specs, row.values(), strict=True)}
+                for (column, fast_type, decoder), raw in zip(specs, row.values(), strict=True):
+                    if type(raw) is not fast_type and raw is not None:
+                        fast[column] = decoder(raw)
             except BadValue:
                 pass  # The loop below names the column.
+            else:
+                return fast
         for column, problem in self.refused.items():
             if column in row:
                 raise Blocked(problem.reason, f"{image} column {column!r}: {problem.detail}")
@@ -251,6 +255,7 @@ class SchemaCache(Generic[_Entry]):
         self.build = build
         self._entries: dict[str, _Entry | None] = {}
         self._by_bytes: dict[bytes, _Entry | None] = {}
+        self._last: tuple[bytes, _Entry | None] | None = None
         self._limit = limit
 
     def load_bytes(self, data: bytes, what: str) -> tuple[_Entry | None, Any, bool]:
@@ -260,9 +265,14 @@ class SchemaCache(Generic[_Entry]):
         says the fast parser read the payload, so it holds no lone surrogate. Anything the
         fast path cannot answer goes through `load`, and so fails exactly as it does."""
         if data.startswith(_SCHEMA_PREFIX_BYTES):
-            cut = data.find(_PAYLOAD_SEPARATOR_BYTES, len(_SCHEMA_PREFIX_BYTES))
+            cut, entry = self._same_as_last(data)
+            if cut < 0:
+                cut = data.find(_PAYLOAD_SEPARATOR_BYTES, len(_SCHEMA_PREFIX_BYTES))
+                entry = (self._by_bytes.get(data[len(_SCHEMA_PREFIX_BYTES):cut], _MISSING)
+                         if cut > 0 else _MISSING)
+                if entry is not _MISSING:
+                    self._last = (data[len(_SCHEMA_PREFIX_BYTES):cut], entry)
             if cut > 0:
-                entry = self._by_bytes.get(data[len(_SCHEMA_PREFIX_BYTES):cut], _MISSING)
                 body = data[cut + len(_PAYLOAD_SEPARATOR_BYTES):].rstrip(_JSON_SPACE)
                 if entry is not _MISSING and body.endswith(b"}"):
                     payload = fast_json(body[:-1])
@@ -276,9 +286,24 @@ class SchemaCache(Generic[_Entry]):
         entry, payload = self.load(utf8_text(data, what), what)
         return entry, payload, False
 
+    def _same_as_last(self, data: bytes) -> tuple[int, Any]:
+        """(where the payload separator is, the entry) when `data` holds the schema met last,
+        else (-1, None). Compares in place: finding the separator and hashing the schema
+        bytes cost more than the rest of a small record. Equal to `find`: a remembered schema
+        holds no separator, and the separator cannot overlap itself."""
+        if self._last is None:
+            return -1, None
+        schema, entry = self._last
+        end = len(_SCHEMA_PREFIX_BYTES) + len(schema)
+        if data.startswith(schema, len(_SCHEMA_PREFIX_BYTES)) and data.startswith(
+                _PAYLOAD_SEPARATOR_BYTES, end):
+            return end, entry
+        return -1, None
+
     def _remember_bytes(self, schema_text: str, entry: _Entry | None) -> None:
         if len(self._by_bytes) >= self._limit:
             self._by_bytes.clear()
+            self._last = None
         self._by_bytes[schema_text.encode()] = entry
 
     def entry_for(self, schema_text: str) -> _Entry | None:

@@ -101,10 +101,12 @@ class QueueConsumer:
         polled = self.queue.poll(max_records, timeout)
         for key, reason in polled.errors.items():
             self._block(key, reason)
+        blocked = {(key.topic, key.partition) for key, progress in self.partitions.items()
+                   if progress.blocked_reason is not None}
         items = [self._consumed(record) for record in polled.records
-                 if not self._is_blocked(record)]
-        for record in polled.records:
-            self.partitions.setdefault(PartitionKey(record.topic, record.partition),
+                 if not blocked or (record.topic, record.partition) not in blocked]
+        for topic, partition in {(record.topic, record.partition) for record in polled.records}:
+            self.partitions.setdefault(PartitionKey(topic, partition),
                                        PartitionProgress()).at_end = False
         for key, end in polled.at_end.items():
             self.partitions.setdefault(key, PartitionProgress()).at_end = True
@@ -140,10 +142,6 @@ class QueueConsumer:
             self.filtered += 1
             return Skip(SkipReason.RULE_FILTERED, outcome.reason.value)
         return Block(BlockReason.RULE_NOT_APPLICABLE, outcome.detail)
-
-    def _is_blocked(self, record: KafkaRecord) -> bool:
-        progress = self.partitions.get(PartitionKey(record.topic, record.partition))
-        return progress is not None and progress.blocked_reason is not None
 
     def _block(self, key: PartitionKey, error_name: str) -> None:
         reason = (QueueReason.OFFSET_OUT_OF_RANGE if "OFFSET" in error_name

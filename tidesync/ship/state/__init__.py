@@ -274,7 +274,8 @@ class SQLiteShipState:
         return self.reports.health()
 
     def state_counts(self) -> dict[str, int]:
-        return self.reports.state_counts()
+        """Events per state; those this process has on their way count as IN_FLIGHT."""
+        return self.receipts.with_in_flight(self.reports.state_counts())
 
     def awaiting_receipts(self) -> int:
         return self.reports.awaiting_receipts()

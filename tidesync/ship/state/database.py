@@ -10,9 +10,10 @@ import contextlib
 import enum
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.errors import ErrorCode, TidesyncError
@@ -57,6 +58,42 @@ def statements(sql: str) -> list[str]:
     """Split a migration file into statements (ours hold no semicolons inside literals)."""
     lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
+
+
+LOOK_UP_CHUNK = 500
+"""Values per look-up statement (SQLite allows 32,766 parameters since 3.32; older 999)."""
+
+
+def look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None],
+            leading: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows of `select` (ending in `IN`, after `leading` parameters) for the distinct
+    non-null values wanted: one statement per chunk of values instead of one per value."""
+    values = sorted(set(filter(None, wanted)))
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(values), LOOK_UP_CHUNK):
+        chunk = values[start:start + LOOK_UP_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows += conn.execute(f"{select} ({marks})", (*leading, *chunk)).fetchall()
+    return rows
+
+
+class OrderedWrites:
+    """Writes collected in order and run in order; consecutive ones of one statement go as
+    one executemany (a prepared statement reused instead of one execute per row)."""
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[str, list[tuple[object, ...]]]] = []
+
+    def add(self, sql: str, params: tuple[object, ...]) -> None:
+        if self._runs and self._runs[-1][0] == sql:
+            self._runs[-1][1].append(params)
+        else:
+            self._runs.append((sql, [params]))
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        for sql, params in self._runs:
+            conn.executemany(sql, params)
+        self._runs.clear()
 
 
 class ShipStateDatabase:

@@ -32,7 +32,7 @@ from tidesync.domain.ship_intake import (
     decide_reread,
     record_id,
 )
-from tidesync.ship.state.database import ShipStateDatabase
+from tidesync.ship.state.database import ShipStateDatabase, look_up
 from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
 
 _INSERT_EVENT = (
@@ -102,12 +102,17 @@ def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
     None when unknown. A new replay epoch sends everything again on purpose, so the epoch is
     part of it."""
     details = event.source_details
-    if details.get("binlog_file") is None or details.get("binlog_position") is None:
+    get = details.get
+    file, position = get("binlog_file"), get("binlog_position")
+    if file is None or position is None:
         return None
-    parts = [repr(details.get(name)) for name in _CAPTURE_FIELDS]
-    parts += [repr(event.database), repr(event.table), repr(record_key),
-              event.operation.value, str(event.replay_epoch)]
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()[:16]
+    # The fields of _CAPTURE_FIELDS in its order, written out: this runs for every event.
+    record = event.record
+    text = "\x1f".join((
+        repr(get("gtid")), repr(get("server_id")), repr(file), repr(position),
+        repr(get("binlog_row")), repr(get("snapshot")), repr(record.database),
+        repr(record.table), repr(record_key), event.operation.value, str(event.replay_epoch)))
+    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
 
 
 def platform_write_id(event: ChangeEvent) -> bytes | None:
@@ -126,10 +131,14 @@ def rule_of(event: ChangeEvent) -> str:
     return event.rule_id or table_rule(event.database, event.table)
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
 def _micros(moment: dt.datetime | None) -> int | None:
     if moment is None:
         return None
-    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 # ----------------------------------------------------------------------------- the store
@@ -273,30 +282,13 @@ class SQLiteIntake:
     def _known_captures(self, conn: sqlite3.Connection,
                         wanted: Iterable[bytes | None]) -> dict[bytes, bytes]:
         """capture id → event id of the rows that already hold these capture coordinates."""
-        rows = _look_up(conn, "SELECT capture_id, event_id FROM event_state WHERE capture_id IN",
-                        wanted)
+        rows = look_up(conn, "SELECT capture_id, event_id FROM event_state WHERE capture_id IN",
+                       wanted)
         return {row[0]: row[1] for row in rows}
 
     def _proven_platform_writes(self, conn: sqlite3.Connection,
                                 wanted: Iterable[bytes | None]) -> frozenset[bytes]:
         """The platform write ids this ship applied (applied_command proves them ours)."""
-        rows = _look_up(conn, "SELECT applied_id FROM applied_command WHERE applied_id IN",
-                        wanted)
+        rows = look_up(conn, "SELECT applied_id FROM applied_command WHERE applied_id IN",
+                       wanted)
         return frozenset(row[0] for row in rows)
-
-
-_CHUNK = 500
-"""Values per look-up statement (SQLite allows 32,766 parameters since 3.32; older 999)."""
-
-
-def _look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None]
-             ) -> list[tuple[bytes, ...]]:
-    """The rows of `select` (ending in `IN`) for the distinct non-null values wanted, one
-    statement per chunk of values instead of one per value."""
-    values = sorted(set(filter(None, wanted)))
-    rows: list[tuple[bytes, ...]] = []
-    for start in range(0, len(values), _CHUNK):
-        chunk = values[start:start + _CHUNK]
-        marks = ",".join("?" * len(chunk))
-        rows += conn.execute(f"{select} ({marks})", chunk).fetchall()
-    return rows

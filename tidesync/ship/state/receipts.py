@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.domain.ship_intake import DONE, EventState
-from tidesync.ship.state.database import ShipStateDatabase
+from tidesync.domain.ship_intake import DONE, SENDABLE, EventState
+from tidesync.ship.state.database import OrderedWrites, ShipStateDatabase, look_up
 from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
 from tidesync.wire.ranges import OffsetRanges
 
@@ -70,6 +70,7 @@ class Progress:
 class _EventRow:
     """What an answer needs of an event's row."""
 
+    rowid: int
     key: PartitionKey
     state: str
     size: int
@@ -78,14 +79,37 @@ class _EventRow:
     reason: str | None = None
 
 
+# An answer's row was found by its event id in the same transaction: written by rowid, the
+# table's own order, instead of a second search of the event id index.
+_TERMINAL = ("UPDATE event_state SET state = 'TERMINAL', result = ?, reason = ?, updated_at = ?"
+             " WHERE rowid = ?")
+_RECEIVED = ("UPDATE event_state SET state = 'RECEIVED', updated_at = ? WHERE rowid = ?"
+             " AND state != 'RECEIVED'")
+_RETRY_WAIT = ("UPDATE event_state SET state = 'RETRY_WAIT', reason = ?, attempts = attempts + 1,"
+               " updated_at = ? WHERE rowid = ?")
+_BLOCKED = ("UPDATE event_state SET state = 'BLOCKED', reason = ?, detail = ?, updated_at = ?"
+            " WHERE rowid = ?")
+_REVERDICT = ("UPDATE event_state SET result = ?, reason = ?, detail = NULL, updated_at = ?"
+              " WHERE rowid = ?")
+_MARK = ("UPDATE event_state SET state = ?, updated_at = ? WHERE event_id = ?"
+         " AND state IN ('CONSUMED', 'READY', 'IN_FLIGHT', 'RETRY_WAIT')")
+_ROWS_BY_ID = ("SELECT event_id, topic, kafka_partition, state, bytes, key_digest, result, reason,"
+               " rowid FROM event_state WHERE direction = ? AND event_id IN")
+
+
 class SQLiteReceipts:
-    """Event states moved by sending and by the shore's answers."""
+    """Event states moved by sending and by the shore's answers.
+
+    IN_FLIGHT is kept in memory only (`in_flight`): on disk an event on its way stays READY
+    (or RETRY_WAIT), which a restart treats the same way — send it again, under its event id,
+    which the shore deduplicates. Not writing it saves one write per event."""
 
     def __init__(self, database: ShipStateDatabase, watermarks: SQLiteWatermarks,
                  blocked_keys: BlockedKeys) -> None:
         self.database = database
         self.watermarks = watermarks
         self.blocked_keys = blocked_keys
+        self.in_flight: set[uuid.UUID] = set()
         self._rejected: int | None = None  # events the shore holds REJECTED, counted once
 
     def shore_rejections(self) -> int:
@@ -102,18 +126,38 @@ class SQLiteReceipts:
             self._rejected += (after == REJECTED) - (before == REJECTED)
 
     def mark(self, event_ids: Iterable[uuid.UUID], state: EventState) -> None:
-        """Move sendable events to IN_FLIGHT, READY or RETRY_WAIT (never out of a final one)."""
+        """Move sendable events to IN_FLIGHT (in memory), READY or RETRY_WAIT (never out of a
+        final one)."""
+        if state is EventState.IN_FLIGHT:
+            self.in_flight.update(event_ids)
+            return
+        ids = list(event_ids)
+        self.in_flight.difference_update(ids)
+        now = self.database.now_text()
         with self.database.transaction() as conn:
-            conn.executemany(
-                "UPDATE event_state SET state = ?, updated_at = ? WHERE event_id = ?"
-                " AND state IN ('CONSUMED', 'READY', 'IN_FLIGHT', 'RETRY_WAIT')",
-                [(state.value, self.database.now_text(), event_id.bytes)
-                 for event_id in event_ids])
+            conn.executemany(_MARK, [(state.value, now, event_id.bytes) for event_id in ids])
+
+    def with_in_flight(self, counts: dict[str, int]) -> dict[str, int]:
+        """`counts` (events per stored state) with the events in flight counted as
+        IN_FLIGHT instead of the sendable state they are stored in."""
+        if not self.in_flight:
+            return counts
+        rows = look_up(self.database.conn, "SELECT state FROM event_state WHERE direction = ?"
+                       " AND event_id IN", (event_id.bytes for event_id in self.in_flight),
+                       (self.database.direction.value,))
+        moved = dict(counts)
+        for (state,) in rows:
+            if state in SENDABLE and state != EventState.IN_FLIGHT:
+                moved[state] -= 1
+                moved[EventState.IN_FLIGHT.value] = moved.get(EventState.IN_FLIGHT.value, 0) + 1
+        return {state: count for state, count in moved.items() if count}
 
     def apply_answers(self, answers: Sequence[ReceiveAnswer]) -> Progress:
         """Record the shore's per-event receive answers and advance the watermarks."""
         progress = Progress()
         now = self.database.now_text()
+        writes = OrderedWrites()
+        self.in_flight.difference_update(answer.event_id for answer in answers)
         with self.database.transaction() as conn:
             rows = self._rows_by_id(conn, [a.event_id for a in answers])
             for answer in answers:
@@ -121,34 +165,28 @@ class SQLiteReceipts:
                 if row is None or row.state in DONE:
                     progress.unknown += row is None
                     continue
-                self._apply_answer(conn, answer, row, progress, now)
+                self._apply_answer(writes, answer, row, progress, now)
+            writes.run(conn)
             self.watermarks.recompute_all(conn, (row.key for row in rows.values()))
         return progress
 
-    def _apply_answer(self, conn: sqlite3.Connection, answer: ReceiveAnswer, row: _EventRow,
+    def _apply_answer(self, writes: OrderedWrites, answer: ReceiveAnswer, row: _EventRow,
                       progress: Progress, now: str) -> None:
         event_id = answer.event_id
         if answer.outcome is ReceiveOutcome.RECEIVED and answer.result:
-            conn.execute("UPDATE event_state SET state = 'TERMINAL', result = ?, reason = ?,"
-                         " updated_at = ? WHERE event_id = ?",
-                         (answer.result, answer.reason or None, now, event_id.bytes))
+            writes.add(_TERMINAL, (answer.result, answer.reason or None, now, row.rowid))
             progress.terminal.add(event_id)
             progress.terminal_bytes += row.size
             self._count_verdict(None, answer.result)
         elif answer.outcome is ReceiveOutcome.RECEIVED:
-            conn.execute("UPDATE event_state SET state = 'RECEIVED', updated_at = ?"
-                         " WHERE event_id = ? AND state != 'RECEIVED'", (now, event_id.bytes))
+            writes.add(_RECEIVED, (now, row.rowid))
             progress.received.add(event_id)
         elif answer.outcome is ReceiveOutcome.RETRYABLE_FAILURE:
-            conn.execute("UPDATE event_state SET state = 'RETRY_WAIT', reason = ?,"
-                         " attempts = attempts + 1, updated_at = ? WHERE event_id = ?",
-                         (answer.reason or None, now, event_id.bytes))
+            writes.add(_RETRY_WAIT, (answer.reason or None, now, row.rowid))
             progress.retry.add(event_id)
         else:
-            conn.execute("UPDATE event_state SET state = 'BLOCKED', reason = ?, detail = ?,"
-                         " updated_at = ? WHERE event_id = ?",
-                         (answer.reason or "PERMANENT_REJECTED", answer.detail[:500], now,
-                          event_id.bytes))
+            writes.add(_BLOCKED, (answer.reason or "PERMANENT_REJECTED", answer.detail[:500],
+                                  now, row.rowid))
             if row.key_digest is not None:
                 self.blocked_keys.add(row.key, row.key_digest)
             progress.blocked.add(event_id)
@@ -163,6 +201,7 @@ class SQLiteReceipts:
         page with ranges never holds two receipts of one event)."""
         progress = Progress()
         now = self.database.now_text()
+        writes = OrderedWrites()
         with self.database.transaction() as conn:
             if applied is not None and applied.streams:
                 results = [*results, *(TerminalResult(event_id, "APPLIED")
@@ -173,36 +212,34 @@ class SQLiteReceipts:
                 if row is None:
                     progress.unknown += 1
                 elif row.state == EventState.TERMINAL:
-                    rows[result.event_id.bytes] = self._reverdict(conn, result, row, progress,
+                    rows[result.event_id.bytes] = self._reverdict(writes, result, row, progress,
                                                                   now)
                 elif row.state not in DONE:
-                    rows[result.event_id.bytes] = self._terminal(conn, result, row, progress,
+                    rows[result.event_id.bytes] = self._terminal(writes, result, row, progress,
                                                                  now)
+            writes.run(conn)
             self.watermarks.recompute_all(conn, (row.key for row in rows.values()))
             self.database.set_cursor(conn, RECEIPTS_CURSOR, cursor)
+        self.in_flight.difference_update(progress.terminal)
         return progress
 
-    def _terminal(self, conn: sqlite3.Connection, result: TerminalResult, row: _EventRow,
+    def _terminal(self, writes: OrderedWrites, result: TerminalResult, row: _EventRow,
                   progress: Progress, now: str) -> _EventRow:
-        conn.execute("UPDATE event_state SET state = 'TERMINAL', result = ?, reason = ?,"
-                     " updated_at = ? WHERE event_id = ?",
-                     (result.result, result.reason or None, now, result.event_id.bytes))
+        writes.add(_TERMINAL, (result.result, result.reason or None, now, row.rowid))
         progress.terminal.add(result.event_id)
         progress.terminal_bytes += row.size
         self._count_verdict(None, result.result)
         return dataclasses.replace(row, state=EventState.TERMINAL.value, result=result.result,
                                    reason=result.reason or None)
 
-    def _reverdict(self, conn: sqlite3.Connection, result: TerminalResult, row: _EventRow,
+    def _reverdict(self, writes: OrderedWrites, result: TerminalResult, row: _EventRow,
                    progress: Progress, now: str) -> _EventRow:
         """The shore's newer verdict of an event already terminal here (replayed, skipped)."""
         reason = result.reason or None
         if (row.result not in SHORE_RESULTS or result.result not in SHORE_RESULTS
                 or (row.result, row.reason) == (result.result, reason)):
             return row
-        conn.execute("UPDATE event_state SET result = ?, reason = ?, detail = NULL,"
-                     " updated_at = ? WHERE event_id = ?",
-                     (result.result, reason, now, result.event_id.bytes))
+        writes.add(_REVERDICT, (result.result, reason, now, row.rowid))
         progress.reverdicted.add(result.event_id)
         self._count_verdict(row.result, result.result)
         return dataclasses.replace(row, result=result.result, reason=reason)
@@ -221,14 +258,7 @@ class SQLiteReceipts:
 
     def _rows_by_id(self, conn: sqlite3.Connection,
                     event_ids: Sequence[uuid.UUID]) -> dict[bytes, _EventRow]:
-        found: dict[bytes, _EventRow] = {}
-        for event_id in event_ids:
-            row = conn.execute(
-                "SELECT topic, kafka_partition, state, bytes, key_digest, result, reason"
-                " FROM event_state"
-                " WHERE event_id = ? AND direction = ?",
-                (event_id.bytes, self.database.direction.value)).fetchone()
-            if row is not None:
-                found[event_id.bytes] = _EventRow(PartitionKey(row[0], row[1]), row[2],
-                                                  row[3], row[4], row[5], row[6])
-        return found
+        rows = look_up(conn, _ROWS_BY_ID, (event_id.bytes for event_id in event_ids),
+                       (self.database.direction.value,))
+        return {row[0]: _EventRow(row[8], PartitionKey(row[1], row[2]), row[3], row[4], row[5],
+                                  row[6], row[7]) for row in rows}

@@ -28,16 +28,14 @@ _SELECT_WATERMARKS = (
     " FROM partition_watermark WHERE direction = ? AND consumer_group = ?"
 )
 _SELECT_WATERMARK = _SELECT_WATERMARKS + " AND topic = ? AND kafka_partition = ?"
-# These two must repeat the WHERE clauses of the partial indexes to use them.
-_FIRST_OPEN = (
-    "SELECT min(kafka_offset) FROM event_state WHERE direction = ? AND topic = ?"
-    " AND kafka_partition = ? AND replay_epoch = ?"
-    " AND state NOT IN ('TERMINAL', 'EXPIRED_APPROVED')"
-)
-_FIRST_UNRECEIVED = (
-    "SELECT min(kafka_offset) FROM event_state WHERE direction = ? AND topic = ?"
-    " AND kafka_partition = ? AND replay_epoch = ?"
-    " AND state NOT IN ('RECEIVED', 'TERMINAL', 'EXPIRED_APPROVED')"
+# The first offset of each open state (one O(log n) search of the partial index
+# event_state_open per state: the WHERE must repeat the index's to use it).
+_FIRST_PER_OPEN_STATE = (
+    "SELECT open.state, (SELECT min(kafka_offset) FROM event_state WHERE direction = ?"
+    " AND topic = ? AND kafka_partition = ? AND replay_epoch = ? AND state = open.state"
+    " AND state NOT IN ('TERMINAL', 'EXPIRED_APPROVED')) FROM (SELECT 'CONSUMED' AS state"
+    " UNION ALL SELECT 'READY' UNION ALL SELECT 'IN_FLIGHT' UNION ALL SELECT 'RECEIVED'"
+    " UNION ALL SELECT 'RETRY_WAIT' UNION ALL SELECT 'BLOCKED') AS open"
 )
 _BLOCKED_KEYS = (
     "SELECT DISTINCT key_digest FROM event_state WHERE state = 'BLOCKED' AND direction = ?"
@@ -83,6 +81,14 @@ class Watermark:
     def open_records(self) -> int:
         """Records read but not yet terminal (an upper bound: skipped ones count too)."""
         return self.offsets.open_records
+
+
+def _open_positions(firsts: list[tuple[str, int | None]]) -> OpenPositions:
+    """The first open and the first unreceived offset from each open state's first offset."""
+    open_offsets = [offset for _, offset in firsts if offset is not None]
+    unreceived = [offset for state, offset in firsts
+                  if offset is not None and state != "RECEIVED"]
+    return OpenPositions(min(open_offsets, default=None), min(unreceived, default=None))
 
 
 class BlockedKeys:
@@ -188,8 +194,7 @@ class SQLiteWatermarks:
         """Store the read position and recompute the contiguous received/terminal offsets."""
         params = (self.database.direction.value, watermark.topic, watermark.partition,
                   watermark.replay_epoch)
-        open_positions = OpenPositions(conn.execute(_FIRST_OPEN, params).fetchone()[0],
-                                       conn.execute(_FIRST_UNRECEIVED, params).fetchone()[0])
+        open_positions = _open_positions(conn.execute(_FIRST_PER_OPEN_STATE, params).fetchall())
         moved = offsets_math.advance(watermark.offsets, read_offset, open_positions)
         conn.execute(
             "UPDATE partition_watermark SET read_offset = ?, received_offset = ?,"
