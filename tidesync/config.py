@@ -41,7 +41,7 @@ from tidesync.ship.settings import (
     ShipTlsSettings,
     ShipWireSettings,
 )
-from tidesync.shore.settings import ApplyConfig, ConflictsConfig
+from tidesync.shore.settings import ApplyConfig, ConflictsConfig, ReconcileConfig
 from tidesync.target.settings import TargetConfig as TargetConfig
 
 FIXED_CONSUMER_SETTINGS = frozenset({
@@ -361,6 +361,7 @@ class Config:
     projections: ProjectionsConfig = field(default_factory=ProjectionsConfig)
     apply: ApplyConfig = field(default_factory=ApplyConfig)
     rules: RulesSettings = field(default_factory=RulesSettings)
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
 
     def validate(self) -> list[str]:
         return (self.shore.validate() + self.ship.validate() + self.event_store.validate()
@@ -368,7 +369,8 @@ class Config:
                 + self.capture.validate() + self.shore_capture.validate()
                 + self.conflicts.validate()
                 + self.downlink.validate() + self.ship_target.validate()
-                + self.projections.validate() + self.apply.validate() + self.rules.validate())
+                + self.projections.validate() + self.apply.validate() + self.rules.validate()
+                + self.reconcile.validate())
 
     def redacted(self) -> dict[str, dict[str, object]]:
         """The effective configuration for display, with secrets masked."""

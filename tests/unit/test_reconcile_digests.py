@@ -81,6 +81,7 @@ def test_the_exchange_finds_exactly_the_differing_keys(
                                                   fan_out=fan_out, leaf_rows=leaf_rows)
     expected = {(n % 7, f"item-{n:05d}") for n in changed | only_a | only_b}
     assert set(result.differing) == expected
+    assert set(result.starter_only) == {(n % 7, f"item-{n:05d}") for n in only_a | only_b}
 
 
 def test_a_rule_filter_limits_the_rows_compared(tmp_path: Path) -> None:

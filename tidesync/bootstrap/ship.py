@@ -9,11 +9,13 @@ import re
 import ssl
 from pathlib import Path
 
-from tidesync.capture.settings import other_side_topics, sample_topic
+from tidesync.bootstrap.capture import topic_prefix
+from tidesync.capture.settings import CaptureSource, other_side_topics, sample_topic
+from tidesync.capture.snapshot_activation import ActivationSnapshots
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings
 from tidesync.cdc.kafka import KafkaQueue, QueueSettings, QueueUnavailable
-from tidesync.config import ShipConfig, ShipTargetConfig, ShipTargetKind
+from tidesync.config import Config, ShipConfig, ShipTargetConfig, ShipTargetKind
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.node import secret_from_text
 from tidesync.ship.batcher import BatchLimits, BodyCompressor
@@ -25,7 +27,7 @@ from tidesync.ship.downlink import DownlinkSettings
 from tidesync.ship.remote_apply import DownlinkOnlyTables, ShipTargets
 from tidesync.ship.replay import ReplaySettings, ShipReplays
 from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
-from tidesync.ship.rules import MaskKeyFile, SchemaSource, ShipRules
+from tidesync.ship.rules import Activated, MaskKeyFile, SchemaSource, ShipRules
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.rules import SQLiteRules
 from tidesync.ship.transport import HttpShoreLink, ShoreLink, tls_context
@@ -93,10 +95,13 @@ def by_key_applier(ship: ShipConfig, ship_target: ShipTargetConfig) -> TargetApp
 
 def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
                  clock: Clock = utc_now,
-                 ship_target: ShipTargetConfig | None = None) -> ShipClient:
+                 ship_target: ShipTargetConfig | None = None,
+                 activated: Activated | None = None) -> ShipClient:
     """The client of this configuration; `link` replaces the HTTP link (benchmarks).
 
-    With an enabled `ship_target` the client also pulls and applies shore commands."""
+    With an enabled `ship_target` the client also pulls and applies shore commands;
+    `activated` asks for the snapshots of rules activated with `snapshot = "on_activation"`
+    (`activation_snapshots`)."""
     if not ship.node_id:
         raise ValueError("ship.node_id is required")
     if not ship.kafka_bootstrap_servers:
@@ -118,7 +123,7 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
                                      ship.topic_pattern,
                                      dict(ship.kafka_consumer_options)))
     warn_of_shore_topics(ship, queue)
-    rules = ship_rules(ship, state, ship_target)
+    rules = ship_rules(ship, state, ship_target, activated)
     consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch, rules)
     consumer.side = ship_replays(ship, state, rules)
     client = ShipClient(client_settings(ship, dictionaries), consumer, state, link, clock=clock,
@@ -173,11 +178,20 @@ def ship_replays(ship: ShipConfig, state: SQLiteShipState, rules: ShipRules) -> 
 
 
 def ship_rules(ship: ShipConfig, state: SQLiteShipState,
-               ship_target: ShipTargetConfig | None) -> ShipRules:
+               ship_target: ShipTargetConfig | None,
+               activated: Activated | None = None) -> ShipRules:
     """The rule runtime of this ship: rules are checked against `[ship_target]`'s tables, or
     only statically without one."""
     return ShipRules(SQLiteRules(state.database), rule_schema_source(ship_target),
-                     MaskKeyFile(ship.rules_mask_key_path(ship.state_path)))
+                     MaskKeyFile(ship.rules_mask_key_path(ship.state_path)), activated)
+
+
+def activation_snapshots(config: Config) -> Activated | None:
+    """Rule activation snapshots go to this node's built-in binlog capture (None without one:
+    a rule's `snapshot` then asks for nothing, and the client says so once)."""
+    if config.capture.source is not CaptureSource.MYSQL:
+        return None
+    return ActivationSnapshots(config.capture.position_path, topic_prefix(config))
 
 
 def rule_schema_source(ship_target: ShipTargetConfig | None) -> SchemaSource | None:

@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.apps.nodes import NodeNotFound, NodesApplication
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
+from tidesync.bootstrap.reconcile import business_connection, reconcile_schedule
 from tidesync.bootstrap.rules import (
     LazyRuleReleases,
     build_rule_activations,
@@ -38,6 +39,8 @@ from tidesync.shore.downlink import LazyDownlink, open_downlink
 from tidesync.shore.downlink_rules import DownlinkRules
 from tidesync.shore.gap_resend import DownlinkGapResends
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
+from tidesync.shore.reconcile_link import ExchangeStore, ReconcileLink
+from tidesync.shore.reconcile_repair import ReconcileStep
 from tidesync.shore.rule_activation import RuleActivationStep
 from tidesync.shore.rule_scope import NodeProfiles
 from tidesync.shore.settings import TieBreak
@@ -119,6 +122,10 @@ def build_worker(config: Config, applier: TargetApplier,
     worker.arbiter, close_arbiter = build_arbiter(config, apps.conflicts, pool, clock, rules)
     # Offered releases become ACTIVE once every node they select reports running them.
     worker.rule_activation = RuleActivationStep(rules, reports, nodes)
+    # Reconciliation over the link: ships' answers taken up, `[reconcile]`'s schedule.
+    link = ReconcileLink(ExchangeStore(pool), resends.downlink,
+                         business_connection(config.target), clock)
+    worker.reconcile = ReconcileStep(link, reconcile_schedule(config, link, rules, nodes, clock))
 
     def close_views() -> None:
         close_arbiter()

@@ -45,7 +45,7 @@ RECONNECT_BACKOFF = Backoff(initial_seconds=1.0, cap_seconds=60.0, max_attempts=
 """Between binlog sessions after a lost connection; the count restarts once events flow."""
 
 INTERNAL_TABLES = frozenset({"_sync_applied", "_sync_session", "_tidesync_changelog",
-                             SIGNAL_TABLE})
+                             "_sync_reconcile", "_sync_key_position", SIGNAL_TABLE})
 """tidesync's own tables in a business database: never captured."""
 
 

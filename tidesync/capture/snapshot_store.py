@@ -71,6 +71,9 @@ class SnapshotRequest:
     rows_emitted: int
     barrier: Mapping[tuple[str, int], int]
     error: str
+    rule_id: str = ""
+    """The rule whose activation asked for the snapshot ("" when an operator did)."""
+    rule_version: int = 0
 
 
 def snapshot_phase(request: SnapshotRequest,
@@ -101,11 +104,15 @@ _DDL = (
     " state TEXT NOT NULL, cursor_json TEXT, chunks_done INTEGER NOT NULL DEFAULT 0,"
     " chunks_total INTEGER NOT NULL DEFAULT 0, rows_total INTEGER NOT NULL DEFAULT 0,"
     " rows_emitted INTEGER NOT NULL DEFAULT 0, barrier_json TEXT NOT NULL DEFAULT '[]',"
-    " error TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL)"
+    " error TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL,"
+    " rule_id TEXT NOT NULL DEFAULT '', rule_version INTEGER NOT NULL DEFAULT 0)"
 )
+_ADDED_COLUMNS = {"rule_id": "TEXT NOT NULL DEFAULT ''",
+                  "rule_version": "INTEGER NOT NULL DEFAULT 0"}
+"""Columns position files written before they existed lack; added when opened."""
 _COLUMNS = ("id, capture, database_name, table_name, keys_json, chunk_rows, reason, actor,"
             " requested_at, state, cursor_json, chunks_done, chunks_total, rows_total,"
-            " rows_emitted, barrier_json, error")
+            " rows_emitted, barrier_json, error, rule_id, rule_version")
 
 
 class SnapshotStore:
@@ -119,12 +126,22 @@ class SnapshotStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.execute(_DDL)
+        present = {str(row[1]) for row in self._db.execute("PRAGMA table_info(snapshot_request)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                try:
+                    self._db.execute(f"ALTER TABLE snapshot_request ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as error:
+                    # The capture and `ship run` may open an old file at the same time.
+                    if "duplicate column" not in str(error):
+                        raise
 
     def close(self) -> None:
         self._db.close()
 
     def request(self, capture: str, database: str, table: str, *, keys: Sequence[Key] | None,
-                chunk_rows: int, reason: str, actor: str, now: dt.datetime) -> int:
+                chunk_rows: int, reason: str, actor: str, now: dt.datetime,
+                rule: tuple[str, int] | None = None) -> int:
         if not 1 <= chunk_rows <= MAX_CHUNK_ROWS:
             raise CaptureError(CaptureErrorReason.CONFIGURATION,
                                f"--chunk-rows must be 1..{MAX_CHUNK_ROWS}")
@@ -134,14 +151,36 @@ class SnapshotStore:
         if not reason.strip():
             raise CaptureError(CaptureErrorReason.CONFIGURATION, "a snapshot needs a reason")
         keys_json = None if keys is None else json.dumps([encode_key(key) for key in keys])
+        rule_id, rule_version = rule or ("", 0)
         cursor = self._db.execute(
             "INSERT INTO snapshot_request (capture, database_name, table_name, keys_json,"
-            " chunk_rows, reason, actor, requested_at, state, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " chunk_rows, reason, actor, requested_at, state, updated_at, rule_id,"
+            " rule_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (capture, database, table, keys_json, chunk_rows, reason[:500], actor[:200],
-             now.isoformat(), SnapshotState.QUEUED.value, now.isoformat()))
+             now.isoformat(), SnapshotState.QUEUED.value, now.isoformat(), rule_id,
+             rule_version))
         assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
+
+    def request_once_for_rule(self, capture: str, database: str, table: str,
+                              rule: tuple[str, int], *, chunk_rows: int, actor: str,
+                              now: dt.datetime) -> int | None:
+        """A whole-table snapshot for the activation of rule `rule` (id, version), unless one
+        was asked for already (whatever became of it): its id, or None. Asking again after a
+        crash, or on every offered config, therefore asks once."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            known = self._db.execute(
+                "SELECT id FROM snapshot_request WHERE capture = ? AND rule_id = ?"
+                " AND rule_version = ?", (capture, *rule)).fetchone()
+            created = None if known is not None else self.request(
+                capture, database, table, keys=None, chunk_rows=chunk_rows,
+                reason=f"rule {rule[0]}@{rule[1]} activated", actor=actor, now=now, rule=rule)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return created
 
     def requests(self, capture: str | None = None) -> list[SnapshotRequest]:
         where, params = ("WHERE capture = ?", (capture,)) if capture else ("", ())
@@ -213,7 +252,8 @@ def _request(row: Sequence[object]) -> SnapshotRequest:
         requested_at=str(row[8]), state=SnapshotState(str(row[9])), cursor=cursor,
         chunks_done=int(str(row[11])), chunks_total=int(str(row[12])),
         rows_total=int(str(row[13])), rows_emitted=int(str(row[14])),
-        barrier=_barrier(str(row[15])), error=str(row[16]))
+        barrier=_barrier(str(row[15])), error=str(row[16]), rule_id=str(row[17]),
+        rule_version=int(str(row[18])))
 
 
 def _barrier(text: str) -> dict[tuple[str, int], int]:

@@ -1,8 +1,8 @@
 """The DownlinkCommand aggregate: one shore-to-ship command for one node, and its ship answer.
 
-A command is issued once (a shore row change, a conflict decision or a resend request, §9.4,
-§10.4, §11.6) and acknowledged at most once; repeated acks change nothing. Payloads are stored
-type-tagged.
+A command is issued once (a shore row change, a conflict decision, a resend request, or a turn
+or repair of a reconciliation, §9.4, §10.4, §11.6) and acknowledged at most once; repeated acks
+change nothing. Payloads are stored type-tagged.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ class CommandKind(enum.StrEnum):
     CONFLICT_DECISION = "CONFLICT_DECISION"
     RESEND = "RESEND"
     """Upload a partition's events again from a source_sequence the shore is missing."""
+    RECONCILE = "RECONCILE"
+    """Answer one message of a reconciliation against the ship's table."""
+    SNAPSHOT_KEYS = "SNAPSHOT_KEYS"
+    """Send the listed rows of a ship table as snapshot records (a reconciliation's repair)."""
 
 
 class CommandResult(enum.StrEnum):
@@ -87,7 +91,7 @@ def needs_follow_up(kind: CommandKind, result: CommandResult) -> bool:
     change the ship did not apply (a conflict to open, or a rejection to look at). A resend
     answer needs none: its partition applies once the events arrive, and a refused one stays
     GAP_STALLED with the ship's reason on the command."""
-    if kind is CommandKind.RESEND:
+    if kind in (CommandKind.RESEND, CommandKind.RECONCILE, CommandKind.SNAPSHOT_KEYS):
         return False
     return kind is CommandKind.CONFLICT_DECISION or result in (
         CommandResult.COMMAND_CONFLICT_REPORTED, CommandResult.COMMAND_REJECTED)
@@ -227,18 +231,86 @@ class ResendPayload:
                                 self.from_sequence)
 
 
-Payload = RowChangePayload | DecisionPayload | ResendPayload
+def reconcile_source_id(exchange_id: uuid.UUID, round_: int) -> uuid.UUID:
+    """The source of one turn of a reconciliation: each round is asked once."""
+    return uuid.uuid5(DOWNLINK_NAMESPACE, f"reconcile\x1f{exchange_id}\x1f{round_}")
+
+
+def snapshot_keys_source_id(exchange_id: uuid.UUID) -> uuid.UUID:
+    """The source of a reconciliation's snapshot request: one per exchange."""
+    return uuid.uuid5(DOWNLINK_NAMESPACE, f"snapshot-keys\x1f{exchange_id}")
+
+
+@dataclass(frozen=True)
+class ReconcilePayload:
+    """One turn of a reconciliation for a ship: `message` is the reconciliation message's
+    JSON (counts, digests, keys and row hashes only), `ship_table` the ship's DB.TABLE."""
+
+    exchange_id: uuid.UUID
+    round: int
+    ship_table: str
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"exchange_id": str(self.exchange_id), "round": self.round,
+                "ship_table": self.ship_table, "message": self.message}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ReconcilePayload:
+        return cls(uuid.UUID(str(raw["exchange_id"])), int(raw["round"]),
+                   str(raw["ship_table"]), str(raw["message"]))
+
+    @property
+    def source_id(self) -> uuid.UUID:
+        return reconcile_source_id(self.exchange_id, self.round)
+
+
+@dataclass(frozen=True)
+class SnapshotKeysPayload:
+    """Send these rows of the ship's table as snapshot records: `keys` are key value lists
+    in type-tagged canonical form."""
+
+    exchange_id: uuid.UUID
+    ship_table: str
+    keys: tuple[tuple[object, ...], ...]
+    actor: str
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"exchange_id": str(self.exchange_id), "ship_table": self.ship_table,
+                "keys": [list(key) for key in self.keys], "actor": self.actor,
+                "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> SnapshotKeysPayload:
+        return cls(uuid.UUID(str(raw["exchange_id"])), str(raw["ship_table"]),
+                   tuple(tuple(key) for key in raw["keys"]), str(raw.get("actor", "")),
+                   str(raw.get("reason", "")))
+
+    @property
+    def source_id(self) -> uuid.UUID:
+        return snapshot_keys_source_id(self.exchange_id)
+
+
+Payload = (RowChangePayload | DecisionPayload | ResendPayload | ReconcilePayload
+           | SnapshotKeysPayload)
+_PAYLOADS: dict[CommandKind, Any] = {
+    CommandKind.ROW_CHANGE: RowChangePayload, CommandKind.CONFLICT_DECISION: DecisionPayload,
+    CommandKind.RESEND: ResendPayload, CommandKind.RECONCILE: ReconcilePayload,
+    CommandKind.SNAPSHOT_KEYS: SnapshotKeysPayload,
+}
 
 
 def payload_from_json(kind: CommandKind, raw: Mapping[str, Any]) -> Payload:
-    if kind is CommandKind.ROW_CHANGE:
-        return RowChangePayload.from_json(raw)
-    if kind is CommandKind.RESEND:
-        return ResendPayload.from_json(raw)
-    return DecisionPayload.from_json(raw)
+    payload: Payload = _PAYLOADS[kind].from_json(raw)
+    return payload
 
 
 def kind_of(payload: Payload) -> CommandKind:
+    if isinstance(payload, ReconcilePayload):
+        return CommandKind.RECONCILE
+    if isinstance(payload, SnapshotKeysPayload):
+        return CommandKind.SNAPSHOT_KEYS
     if isinstance(payload, ResendPayload):
         return CommandKind.RESEND
     return (CommandKind.ROW_CHANGE if isinstance(payload, RowChangePayload)

@@ -1,10 +1,11 @@
 """`tidesync reconcile`: compare a table (or a rule's rows) on a ship and on the shore by key-range
 digests, list the keys that differ, and keep the last result.
 
-The shore never connects to a ship, so the two sides exchange small message files: one side
-runs `reconcile start`, each side then runs `reconcile answer` on the other's latest file until
-an answer says the exchange has ended (see `tidesync.target.reconciliation` and
-docs/onboarding.md for the link cost).
+Over the link (`reconcile link`, `tidesync.entrypoints.reconcile_link_cli`) the messages travel
+as downlink commands and the ship's answers; for air-gapped use the two sides exchange small
+message files: one side runs `reconcile start`, each side then runs `reconcile answer` on the
+other's latest file until an answer says the exchange has ended (see
+`tidesync.target.reconciliation` and docs/onboarding.md for the link cost).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from tidesync.domain.clock import utc_now
 from tidesync.domain.errors import TidesyncError
 from tidesync.domain.rules.filter import parse_filter
 from tidesync.domain.values import value_to_json
+from tidesync.entrypoints.reconcile_link_cli import (
+    add_show_arguments,
+    register_link_commands,
+    run_show_sentinel,
+)
 from tidesync.target import digests, reconciliation
 
 if TYPE_CHECKING:
@@ -37,13 +43,15 @@ _MAX_FILTER = 10_000
 
 
 def register_commands(commands: Commands) -> None:
-    """Add `tidesync reconcile start|answer|show|keys`."""
+    """Add `tidesync reconcile link|status|repair|start|answer|show|keys`."""
     reconcile = commands.add_parser(
         "reconcile", help="compare a table on a ship and on the shore by key-range digests",
-        description="Both sides exchange small message files: `start` on one side, then"
-                    " `answer` on each side in turn until the exchange ends.")
+        description="`link` reconciles with a ship over the link; without a link both sides"
+                    " exchange small message files: `start` on one side, then `answer` on"
+                    " each side in turn until the exchange ends.")
     subcommands = reconcile.add_subparsers(dest="reconcile_command", metavar="SUBCOMMAND")
     subcommands.required = True
+    register_link_commands(subcommands)
 
     start = subcommands.add_parser("start", help="write the first message: the digest of"
                                                  " every row of the table")
@@ -76,9 +84,16 @@ def register_commands(commands: Commands) -> None:
     keys.add_argument("message", metavar="FILE")
     keys.set_defaults(handler=_run_keys)
 
-    show = subcommands.add_parser("show", help="the last result of each table and rule")
+    show = subcommands.add_parser(
+        "show", help="the last result of each node and table or rule (over the link; with"
+                     " --files: of the file exchanges this database took part in)")
     show.add_argument("database", nargs="?", default="", metavar="DB",
-                      help="the MySQL database the tables are in (default: [target] database)")
+                      help="with --files: the MySQL database the tables are in (default:"
+                           " [target] database)")
+    show.add_argument("--files", action="store_true",
+                      help="the results of file exchanges, kept in the business database"
+                           " (also with DB, --sqlite or --ship-target)")
+    add_show_arguments(show)
     _add_database_arguments(show)
     show.set_defaults(handler=_run_show)
 
@@ -163,6 +178,8 @@ def _run_keys(args: argparse.Namespace) -> int:
 
 
 def _run_show(args: argparse.Namespace) -> int:
+    if not (args.files or args.sqlite or args.ship_target or args.database):
+        return run_show_sentinel(args)
     config = load_config(args.config)
     sqlite_path, target = _database(args, config)
     with _connected(sqlite_path, target) as connection:

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tidesync.bootstrap.ship import build_client
+from tidesync.bootstrap.reconcile import ship_reconciler
+from tidesync.bootstrap.ship import activation_snapshots, build_client
 from tidesync.config import Config, load_config
 from tidesync.ship.rules import rules_report
 from tidesync.ship.run_lock import StateInUse, exclusive
@@ -57,7 +58,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_client(args: argparse.Namespace, config: Config) -> int:
-    client = build_client(config.ship, ship_target=config.ship_target)
+    client = build_client(config.ship, ship_target=config.ship_target,
+                          activated=activation_snapshots(config))
+    if client.downlink is not None:  # the HTTP link, under any dictionary wrapper
+        http = getattr(client.link, "link", client.link)
+        client.downlink.reconciler = ship_reconciler(config, http)
     if not config.ship_target.enabled:
         logging.getLogger(__name__).info(
             "shore commands are not applied: no [ship_target] configured (downlink off)")

@@ -141,6 +141,7 @@ def status_json(request: SnapshotRequest,
         "keys": None if request.keys is None else len(request.keys),
         "lag_records": lag, "requested_at": request.requested_at, "actor": request.actor,
         "reason": request.reason, "error": request.error or None,
+        "rule": f"{request.rule_id}@{request.rule_version}" if request.rule_id else None,
     }
 
 

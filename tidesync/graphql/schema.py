@@ -30,6 +30,7 @@ from tidesync.graphql.nodes.queries import NodeQueries
 from tidesync.graphql.projections.mutations import ProjectionMutations
 from tidesync.graphql.projections.queries import ProjectionQueries
 from tidesync.graphql.receipts.queries import ReceiptQueries
+from tidesync.graphql.reconcile.queries import ReconcileQueries
 from tidesync.graphql.records.queries import RecordQueries
 from tidesync.graphql.rules.mutations import RuleMutations
 from tidesync.graphql.rules.queries import RuleQueries
@@ -40,7 +41,7 @@ from tidesync.graphql.users.queries import UserQueries
 
 Query = merge_types("Query", (
     UserQueries, NodeQueries, BacklogQueries, ReceiptQueries, ConflictQueries, RecordQueries,
-    AuditQueries, HistoryQueries, ProjectionQueries, JobQueries, RuleQueries,
+    AuditQueries, HistoryQueries, ProjectionQueries, JobQueries, RuleQueries, ReconcileQueries,
 ))
 Mutation = merge_types("Mutation", (
     ConflictMutations, NodeMutations, JobMutations, ProjectionMutations, UserMutations,

@@ -49,6 +49,7 @@ from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
 from tidesync.ingress.receipts import BadPageRequest, page_request
+from tidesync.ingress.reconcile_answers import MAX_ANSWER_BYTES, decode_answer, keep_answer
 from tidesync.ingress.rule_reports import BadRuleReport
 from tidesync.ingress.rules import (
     NodeConfig,
@@ -185,6 +186,9 @@ class Ingress:
             Route("/sync/v1/config", self._endpoint(self._config, 0), methods=["GET"]),
             Route("/sync/v1/commands", self._endpoint(self._commands, 0), methods=["GET"]),
             Route("/sync/v1/command-acks", self._endpoint(self._command_acks, max_batch),
+                  methods=["POST"]),
+            Route("/sync/v1/reconcile-answers",
+                  self._endpoint(self._reconcile_answer, min(max_batch, MAX_ANSWER_BYTES)),
                   methods=["POST"]),
         ]
 
@@ -348,6 +352,11 @@ class Ingress:
         downlink = self._downlink()
         # The acks commit in the downlink's own transaction, before the answer is sent.
         return lambda conn: downlink.acknowledge(call.node_id, acks)
+
+    def _reconcile_answer(self, call: Call) -> Store:
+        answer = decode_answer(call.body, self.settings.max_compressed_bytes)
+        _check_sender(answer.node_id, call)
+        return lambda conn: keep_answer(conn, call.node_id, answer)
 
     def _downlink(self) -> DownlinkApi:
         if self.downlink is None:

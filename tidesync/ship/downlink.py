@@ -12,7 +12,8 @@ Order of durable steps per command, so that a crash anywhere is safe:
 
 A resend request writes no business row: the partition's events are queued to be uploaded
 again (`tidesync.ship.resend`) and the answer is recorded as in step 3. Pulled again, it is
-carried out again, which sends nothing the shore has finished.
+carried out again, which sends nothing the shore has finished. A reconciliation turn is
+answered the same way (`tidesync.ship.reconcile`: the answer is posted before the ack).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidesync import failpoints
 from tidesync.domain.clock import Clock, utc_now
-from tidesync.domain.downlink_command import CommandResult
+from tidesync.domain.downlink_command import CommandResult, ReconcilePayload, SnapshotKeysPayload
+from tidesync.ship.reconcile_deferred import ReconcileDeferred
 from tidesync.ship.remote_apply import (
     CommandAnswer,
     CommandReason,
@@ -54,6 +57,26 @@ HealthSetter = Callable[[Subsystem, HealthState, str, str], None]
 LinkFailed = Callable[[RetrySchedule, LinkError, str], None]
 
 
+
+class CommandOutcome(Protocol):
+    @property
+    def result(self) -> CommandResult: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
+
+
+class CommandReconciler(Protocol):
+    """What answers a reconciliation's turns and queues its repairs
+    (`tidesync.ship.reconcile.ShipReconciler`)."""
+
+    def answer(self, turn: ReconcilePayload, command_id: bytes) -> CommandOutcome: ...
+
+    def snapshot(self, request: SnapshotKeysPayload) -> CommandOutcome: ...
+
 @dataclass(frozen=True)
 class DownlinkSettings:
     node_id: str
@@ -72,6 +95,8 @@ class Downlink:
                  resender: QueueResender | None = None) -> None:
         self.settings, self.state, self.link, self.applier = settings, state, link, applier
         self.resender = resender
+        self.reconciler: CommandReconciler | None = None
+        """Answers reconciliation turns and queues their repair snapshots (None: refused)."""
         self.set_health, self.link_failed, self.retry = set_health, link_failed, retry
         self.clock, self.monotonic = clock, monotonic
         self.next_pull = 0.0
@@ -130,7 +155,7 @@ class Downlink:
             except (TransientTargetError, CommitOutcomeUnknown) as error:
                 self._apply_failed(error, HealthState.DEGRADED, HealthReason.APPLY_RETRYING)
                 return False
-            except ResendDeferred as error:
+            except (ResendDeferred, ReconcileDeferred) as error:
                 self._apply_failed(error, HealthState.DEGRADED, HealthReason.APPLY_RETRYING)
                 return False
             except TargetError as error:
@@ -139,7 +164,8 @@ class Downlink:
         self.set_health(Subsystem.DOWNLINK_APPLY, HealthState.HEALTHY, "", "")
         return True
 
-    def _apply_failed(self, error: TargetError | ResendDeferred, state: HealthState,
+    def _apply_failed(self, error: TargetError | ResendDeferred | ReconcileDeferred,
+                      state: HealthState,
                       reason: str) -> None:
         """Nothing of the failed command was acked: it is pulled and applied again later."""
         delay = self.retry.failed(self.monotonic())
@@ -157,6 +183,10 @@ class Downlink:
         if prepared.resend is not None:
             self._record(None, prepared.command_id, prepared.sequence, self._resend(prepared))
             return
+        if prepared.reconcile is not None or prepared.snapshot is not None:
+            self._record(None, prepared.command_id, prepared.sequence,
+                         self._reconcile(prepared))
+            return
         if applied_id is not None and prepared.kind is not None and prepared.event is not None:
             self.state.begin_command(applied_id, prepared.command_id, prepared.sequence,
                                      prepared.kind)
@@ -171,6 +201,19 @@ class Downlink:
                                   CommandReason.UNSUPPORTED_COMMAND,
                                   "this ship client does not read the queue")
         outcome = self.resender.resend(prepared.resend)
+        return command_answer(prepared, outcome.result, self.clock(), outcome.reason,
+                              outcome.detail)
+
+    def _reconcile(self, prepared: PreparedCommand) -> CommandAnswer:
+        if self.reconciler is None:
+            return command_answer(prepared, CommandResult.COMMAND_REJECTED, self.clock(),
+                                  CommandReason.UNSUPPORTED_COMMAND,
+                                  "this ship client does not reconcile")
+        if prepared.reconcile is not None:
+            outcome = self.reconciler.answer(prepared.reconcile, prepared.command_id)
+        else:
+            assert prepared.snapshot is not None
+            outcome = self.reconciler.snapshot(prepared.snapshot)
         return command_answer(prepared, outcome.result, self.clock(), outcome.reason,
                               outcome.detail)
 

@@ -4,7 +4,8 @@ A ShoreRowChange or ConflictDecision becomes a ChangeEvent applied by the same c
 appliers the shore uses (MySQLTargetApplier / SQLiteTargetApplier with the ship's node id), so
 the `_sync_applied` ledger and the revision check make every command idempotent: a command
 applied before answers ALREADY_APPLIED however often it is pulled again. A ResendRequest
-touches no business row: it is prepared here and carried out by `tidesync.ship.resend`.
+touches no business row: it is prepared here and carried out by `tidesync.ship.resend`; nor do
+a reconciliation's turn and its repair snapshot (carried out by `tidesync.ship.reconcile`).
 
 A row change of a table that carries no sync metadata — the command says `by_key`, or the
 ship's active rule for the table is DOWNLINK-only — goes to the one-way applier instead
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,11 +32,18 @@ from tidesync.domain.change_event import (
     Revision,
     tombstone_revision,
 )
-from tidesync.domain.downlink_command import CommandKind, CommandResult, ResendPayload
+from tidesync.domain.downlink_command import (
+    CommandKind,
+    CommandResult,
+    ReconcilePayload,
+    ResendPayload,
+    SnapshotKeysPayload,
+)
 from tidesync.domain.rules.sync_rule import Direction, SyncRule
 from tidesync.domain.sync_columns import METADATA_COLUMNS
 from tidesync.domain.values import Value, canonical_value
 from tidesync.target.contract import TargetApplier, TargetOutcome, TargetOutcomeKind
+from tidesync.target.reconcile_messages import ReconcileError, unpack
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
@@ -74,6 +83,10 @@ class PreparedCommand:
     """A resend request: nothing is applied, the partition's events are uploaded again."""
     by_key: bool = False
     """The shore says the ship's table carries no sync metadata: apply by key."""
+    reconcile: ReconcilePayload | None = None
+    """A turn of a reconciliation: answered by `tidesync.ship.reconcile`, nothing applied."""
+    snapshot: SnapshotKeysPayload | None = None
+    """A reconciliation's repair: a snapshot of the listed keys is queued for the capture."""
 
 
 def prepare(command: pb.DownlinkCommand, names: codec.NameTable, shore_node_id: str,
@@ -91,7 +104,11 @@ def prepare(command: pb.DownlinkCommand, names: codec.NameTable, shore_node_id: 
             return _decision(base, command.conflict_decision, names, shore_node_id, captured)
         if kind == "resend":
             return _resend(base, command.resend, names)
-    except (codec.WireError, ValueError, OverflowError) as error:
+        if kind == "reconcile":
+            return _reconcile(base, command.reconcile, names)
+        if kind == "snapshot_keys":
+            return _snapshot_keys(base, command.snapshot_keys, names)
+    except (codec.WireError, ValueError, OverflowError, ReconcileError) as error:
         return PreparedCommand(base.command_id, base.sequence, reject=(
             CommandReason.MALFORMED_COMMAND, f"unreadable command: {type(error).__name__}"))
     return PreparedCommand(base.command_id, base.sequence, reject=(
@@ -107,6 +124,28 @@ def _resend(base: PreparedCommand, request: pb.ResendRequest,
     payload = ResendPayload(names.name(request.source_topic_ref), request.source_partition,
                             request.replay_epoch, request.from_source_sequence)
     return PreparedCommand(base.command_id, base.sequence, CommandKind.RESEND, resend=payload)
+
+
+def _reconcile(base: PreparedCommand, request: pb.ReconcileRequest,
+               names: codec.NameTable) -> PreparedCommand:
+    turn = ReconcilePayload(uuid.UUID(bytes=bytes(request.exchange_id)), request.round,
+                            names.name(request.ship_table_ref),
+                            unpack(bytes(request.message)).decode())
+    return PreparedCommand(base.command_id, base.sequence, CommandKind.RECONCILE,
+                           reconcile=turn)
+
+
+def _snapshot_keys(base: PreparedCommand, request: pb.SnapshotKeysRequest,
+                   names: codec.NameTable) -> PreparedCommand:
+    keys = json.loads(unpack(bytes(request.keys)))
+    if not isinstance(keys, list) or not all(isinstance(key, list) for key in keys):
+        raise ValueError("keys are a list of key value lists")
+    payload = SnapshotKeysPayload(uuid.UUID(bytes=bytes(request.exchange_id)),
+                                  names.name(request.ship_table_ref),
+                                  tuple(tuple(key) for key in keys), request.actor[:200],
+                                  request.reason[:1000])
+    return PreparedCommand(base.command_id, base.sequence, CommandKind.SNAPSHOT_KEYS,
+                           snapshot=payload)
 
 
 def _revision(raw: bytes) -> Revision | None:

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,7 +27,7 @@ from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.column_kinds import ColumnType
 from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.rules.runtime import RuleSet, ShapeOutcome, covering_conflicts
-from tidesync.domain.rules.sync_rule import Direction, RuleError, SyncRule
+from tidesync.domain.rules.sync_rule import Direction, RuleError, SnapshotWhen, SyncRule
 from tidesync.domain.rules.transforms import TransformContext
 from tidesync.ship.state.rules import SQLiteRules, StoredGeneration, StoredSnapshot
 from tidesync.ship.state.watermarks import Watermark
@@ -43,6 +43,10 @@ MAX_CONFIG_VERSION = 200
 MAX_PROBLEMS = 20
 MAX_PROBLEM_TEXT = 300
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+Activated = Callable[[Sequence[SyncRule], dt.datetime], None]
+"""Told, after each offered config is applied, the active rules that ask for a snapshot on
+activation (`snapshot = "on_activation"`); it asks once per rule version (idempotent)."""
 
 
 class SchemaUnavailable(Unavailable):
@@ -259,8 +263,10 @@ class ShipRules:
     changes."""
 
     def __init__(self, store: SQLiteRules, schema: SchemaSource | None,
-                 mask_key: MaskKeyFile) -> None:
+                 mask_key: MaskKeyFile, activated: Activated | None = None) -> None:
         self.store, self.schema, self.mask_key = store, schema, mask_key
+        self.activated = activated
+        self._told_no_capture = False
         self.generations = [_generation(stored) for stored in store.generations()]
         self.config_version = store.config_version()
         self.offered = store.offered()
@@ -314,12 +320,29 @@ class ShipRules:
             log.info("sync rules switched to generation %d (%s)", stored.generation,
                      ", ".join(f"{rule_id}@{v}" for rule_id, v in sorted(wanted.items()))
                      or "no rules")
+        self._snapshot_activated(now)
         failed = sum(1 for item in checked if not item.valid)
         if failed:
             log.warning("%d of %d offered rules failed their checks on this ship", failed,
                         len(checked))
         return ConfigApplied(version, len(checked), failed,
                              self.generations[-1] if stored is not None else None)
+
+    def _snapshot_activated(self, now: dt.datetime) -> None:
+        """Only after the switch is stored: the snapshot's records then come after the switch
+        in every partition, so they are shaped by the version that asked for them. Asked on
+        every applied config, so a crash right after the switch only delays the request."""
+        wanted = [rule for rule in self.current.rules.rules
+                  if rule.snapshot is SnapshotWhen.ON_ACTIVATION]
+        if not wanted:
+            return
+        if self.activated is not None:
+            self.activated(wanted, now)
+        elif not self._told_no_capture:
+            self._told_no_capture = True
+            log.warning("rule(s) %s ask for a snapshot on activation, but this ship has no"
+                        " built-in binlog capture ([capture] source = \"mysql\"): none is"
+                        " taken", ", ".join(f"{rule.rule_id}@{rule.version}" for rule in wanted))
 
     def _checked(self, snapshots: Sequence[pb.RuleSnapshot], now: str) -> list[CheckedRule]:
         checked: list[CheckedRule] = []

@@ -45,6 +45,7 @@ RECEIPTS_PATH = "/sync/v1/receipts"
 HEARTBEAT_PATH = "/sync/v1/heartbeat"
 COMMANDS_PATH = "/sync/v1/commands"
 COMMAND_ACKS_PATH = "/sync/v1/command-acks"
+RECONCILE_ANSWERS_PATH = "/sync/v1/reconcile-answers"
 CONFIG_PATH = "/sync/v1/config"
 DICTIONARIES_PATH = "/sync/v1/dictionaries"
 LIVEZ_PATH = "/livez"
@@ -173,6 +174,9 @@ class HttpShoreLink:
     Every request is signed with a fresh request id; every socket operation has a timeout.
     """
 
+    remote = True
+    """Requests take a round trip: the client sends its side requests from a thread."""
+
     def __init__(self, url: str, node_id: str, secret: bytes, *, clock: Clock,
                  timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
@@ -235,6 +239,10 @@ class HttpShoreLink:
     def command_acks(self, message: pb.CommandAcks) -> pb.CommandAcksResponse:
         raw = self._request("POST", COMMAND_ACKS_PATH, codec.compress(message))
         return _parse(raw, pb.CommandAcksResponse)
+
+    def reconcile_answer(self, message: pb.ReconcileAnswer) -> pb.ReconcileAnswerResponse:
+        raw = self._request("POST", RECONCILE_ANSWERS_PATH, codec.compress(message))
+        return _parse(raw, pb.ReconcileAnswerResponse)
 
     def config(self) -> pb.ConfigResponse:
         """The sync rules the shore offers this node, with its config version."""

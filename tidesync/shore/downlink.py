@@ -38,8 +38,10 @@ from tidesync.domain.downlink_command import (
     DownlinkUnavailable,
     NewCommand,
     Payload,
+    ReconcilePayload,
     ResendPayload,
     RowChangePayload,
+    SnapshotKeysPayload,
     TooManyAcks,
     image_from_json,
     kind_of,
@@ -49,6 +51,7 @@ from tidesync.domain.downlink_command import (
 )
 from tidesync.domain.values import Value
 from tidesync.migrations import MigrationError, migrate_postgres
+from tidesync.shore.reconcile_wire import reconcile_to_wire
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
     MalformedPayload,
@@ -404,6 +407,9 @@ def _acked(row: DictRow) -> AckedCommand:
 
 
 def _payload_to_wire(payload: Payload, names: NameTable, out: pb.DownlinkCommand) -> None:
+    if isinstance(payload, ReconcilePayload | SnapshotKeysPayload):
+        reconcile_to_wire(payload, names, out)
+        return
     if isinstance(payload, ResendPayload):
         out.resend.source_topic_ref = names.ref(payload.topic)
         out.resend.source_partition = payload.partition

@@ -160,3 +160,17 @@ class ApplyConfig:
 
 def _split(entries: str) -> list[str]:
     return [entry.strip() for entry in entries.split(",") if entry.strip()]
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    """`[reconcile]`: reconciliation over the link (docs/onboarding.md)."""
+
+    interval_seconds: int = 0
+    """`tidesync shore work` starts an exchange per (node, active rule) when the last one
+    began this long ago; 0 (the default) starts none: only `tidesync reconcile` does."""
+
+    def validate(self) -> list[str]:
+        if not 0 <= self.interval_seconds <= 366 * 86400:
+            return ["reconcile.interval_seconds: must be 0 (off) .. 31622400"]
+        return []

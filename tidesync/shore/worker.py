@@ -22,6 +22,7 @@ from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.apps.recorder import open_application
 from tidesync.shore.arbiter import Arbiter
 from tidesync.shore.processor import ApplyProcessor
+from tidesync.shore.reconcile_repair import ReconcileStep
 from tidesync.shore.rule_activation import RuleActivationStep
 from tidesync.shore.shore_cdc import ShoreCdcRunner
 
@@ -64,6 +65,7 @@ class ShoreWorker:
     shore_cdc: ShoreCdcRunner | None = None
     arbiter: Arbiter | None = None
     rule_activation: RuleActivationStep | None = None
+    reconcile: ReconcileStep | None = None
 
     def run_once(self) -> int:
         """One round: apply work while there is some (bounded), then catch projections up
@@ -84,6 +86,12 @@ class ShoreWorker:
                 applied += self.rule_activation.run_once()
             except Exception as error:  # noqa: BLE001 - the stores are down: tried next round
                 log.warning("rule activation could not run this round (%s); trying again",
+                            type(error).__name__)
+        if self.reconcile is not None:
+            try:
+                applied += self.reconcile.run_once()
+            except Exception as error:  # noqa: BLE001 - a store or database is down: next round
+                log.warning("reconciliation could not advance this round (%s); trying again",
                             type(error).__name__)
         # One view's trouble must not stop the others (logged by type: messages may quote
         # values); a view that fails for good marks itself FAILED (projections.failures).

@@ -44,6 +44,8 @@ from tidesync.target.filter_sql import filter_clause
 Key = tuple[Value, ...]
 
 MAX_FAN_OUT = 256
+_RANGES_PER_QUERY = 64
+"""Ranges one digest query covers (SQLite takes at most 500 SELECTs in one statement)."""
 _SQLITE_FUNCTION = "tidesync_md5_part"
 _MD5_PARTS = ((1, 8), (9, 8))
 """The two 32-bit numbers a row hash is read as: MD5 hex digits 1-8 and 9-16."""
@@ -262,15 +264,23 @@ def _in_range(source: DigestTable, key_range: KeyRange) -> sa.ColumnElement[bool
 
 def range_digests(connection: sa.Connection, source: DigestTable,
                   ranges: Sequence[KeyRange]) -> list[RangeDigest]:
-    """The count and digest of each range, one query per range."""
+    """The count and digest of each range: one query per `_RANGES_PER_QUERY` ranges (a
+    UNION ALL of one aggregate per range), so a fan-out costs one round trip, not one each."""
     high, low = _hash_parts(source)
     found = []
-    for key_range in ranges:
-        statement = sa.select(sa.func.count(), sa.func.sum(high), sa.func.sum(low)).select_from(
-            source.table).where(_in_range(source, key_range))
-        count, high_sum, low_sum = connection.execute(statement).one()
-        found.append(RangeDigest(key_range, int(count),
-                                 f"{int(high_sum or 0):x}.{int(low_sum or 0):x}"))
+    for start in range(0, len(ranges), _RANGES_PER_QUERY):
+        part = ranges[start:start + _RANGES_PER_QUERY]
+        selects: list[sa.Select[Any, int, int, int]] = [
+            sa.select(sa.literal_column(str(index)), sa.func.count(), sa.func.sum(high),
+                      sa.func.sum(low)).select_from(source.table).where(
+                          _in_range(source, key_range))
+            for index, key_range in enumerate(part)]
+        statement: sa.Executable = selects[0] if len(selects) == 1 else sa.union_all(*selects)
+        rows = {int(row[0]): row[1:] for row in connection.execute(statement)}
+        for index, key_range in enumerate(part):
+            count, high_sum, low_sum = rows[index]
+            found.append(RangeDigest(key_range, int(count),
+                                     f"{int(high_sum or 0):x}.{int(low_sum or 0):x}"))
     return found
 
 

@@ -328,6 +328,8 @@ def _backfill_mysql(connection: Any, cursor: Any, state: TableState, node_id: st
 
 _BACKFILL_PASSES = 3
 """Key-order passes at most: a row written behind the first pass is found by the next."""
+_BACKFILL_STAMPS = "_sync_backfill_stamps"
+"""The session's temporary table of a chunk's keys and revisions."""
 
 
 def _mysql_backfill_passes(connection: Any, cursor: Any, state: TableState, node_id: str,
@@ -337,38 +339,53 @@ def _mysql_backfill_passes(connection: Any, cursor: Any, state: TableState, node
     key = [mysql_quote(name) for name in state.primary_key]
     business = business_columns(state)
     selected = ", ".join(key + [mysql_quote(name) for name in business])
-    keep = "".join(f", {mysql_quote(name)} = {mysql_quote(name)}" for name in kept)
-    where_key = " AND ".join(f"{name} = %s" for name in key)
-    update = (f"UPDATE {table} SET {REVISION_COLUMN} = %s, {ORIGIN_COLUMN} = %s,"  # noqa: S608
-              f" {EVENT_ID_COLUMN} = NULL, {UPDATED_AT_COLUMN} = UTC_TIMESTAMP(6){keep}"
-              f" WHERE {where_key} AND {pending}")
+    # A chunk's revisions go into a temporary table and onto the rows with one joined UPDATE:
+    # a statement per row would cost a round trip per row (minutes for a million rows).
+    stamps = _mysql_table(state.database, _BACKFILL_STAMPS)
+    cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {stamps}")
+    cursor.execute(f"CREATE TEMPORARY TABLE {stamps} SELECT {', '.join(key)},"  # noqa: S608
+                   f" {REVISION_COLUMN} FROM {table} LIMIT 0")
+    cursor.execute(f"ALTER TABLE {stamps} ADD PRIMARY KEY ({', '.join(key)})")
+    insert = (f"INSERT INTO {stamps} ({', '.join(key)}, {REVISION_COLUMN})"  # noqa: S608
+              f" VALUES ({', '.join(['%s'] * (len(key) + 1))})")
+    keep = "".join(f", t.{name} = t.{name}" for name in map(mysql_quote, kept))
+    joined = " AND ".join(f"t.{name} = s.{name}" for name in key)
+    update = (f"UPDATE {table} AS t JOIN {stamps} AS s ON {joined}"  # noqa: S608
+              f" SET t.{REVISION_COLUMN} = s.{REVISION_COLUMN}, t.{ORIGIN_COLUMN} = %s,"
+              f" t.{EVENT_ID_COLUMN} = NULL, t.{UPDATED_AT_COLUMN} = UTC_TIMESTAMP(6){keep}"
+              f" WHERE t.{pending}")
     width = len(key)
     done = 0
-    for _ in range(_BACKFILL_PASSES):
-        last: tuple[object, ...] | None = None
-        found = 0
-        while True:
-            after = "" if last is None else f" AND {key_after(key, '%s')}"
-            cursor.execute(
-                f"SELECT {selected} FROM {table} WHERE {pending}{after}"  # noqa: S608
-                f" ORDER BY {', '.join(key)} LIMIT {options.chunk_rows}",
-                () if last is None else key_after_params(last))
-            rows = cursor.fetchall()
-            if not rows:
+    try:
+        for _ in range(_BACKFILL_PASSES):
+            last: tuple[object, ...] | None = None
+            found = 0
+            while True:
+                after = "" if last is None else f" AND {key_after(key, '%s')}"
+                cursor.execute(
+                    f"SELECT {selected} FROM {table} WHERE {pending}{after}"  # noqa: S608
+                    f" ORDER BY {', '.join(key)} LIMIT {options.chunk_rows}",
+                    () if last is None else key_after_params(last))
+                rows = cursor.fetchall()
+                if not rows:
+                    break
+                params = []
+                for row in rows:
+                    revision = options.revision(
+                        list(zip(state.primary_key, row[:width], strict=True)),
+                        list(zip(business, row[width:], strict=True)))
+                    params.append((*row[:width], revision.value if as_bytes else revision.text))
+                cursor.execute(f"DELETE FROM {stamps}")  # noqa: S608
+                cursor.executemany(insert, params)
+                done += cursor.execute(update, (node_id,)) or 0
+                connection.commit()
+                found += len(rows)
+                last = tuple(rows[-1][:width])
+                options.progress(done, max(total, done))
+            if not found:
                 break
-            params = []
-            for row in rows:
-                revision = options.revision(list(zip(state.primary_key, row[:width], strict=True)),
-                                            list(zip(business, row[width:], strict=True)))
-                params.append((revision.value if as_bytes else revision.text, node_id,
-                               *row[:width]))
-            done += cursor.executemany(update, params) or 0
-            connection.commit()
-            found += len(rows)
-            last = tuple(rows[-1][:width])
-            options.progress(done, max(total, done))
-        if not found:
-            break
+    finally:
+        cursor.execute(f"DROP TEMPORARY TABLE IF EXISTS {stamps}")
     return done
 
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
+import zstandard
 
-from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.evidence import EvidenceValueError, decode_value
 from tidesync.domain.values import canonical_value
 from tidesync.target.digests import (
@@ -43,6 +43,10 @@ from tidesync.target.digests import (
     range_rows,
     split_range,
 )
+from tidesync.target.reconcile_messages import MAX_LINK_MESSAGE_BYTES as MAX_LINK_MESSAGE_BYTES
+from tidesync.target.reconcile_messages import MessageTooLarge as MessageTooLarge
+from tidesync.target.reconcile_messages import ReconcileError as ReconcileError
+from tidesync.target.reconcile_messages import unpack as unpack
 
 FORMAT = "tidesync-reconcile/1"
 DEFAULT_FAN_OUT = 16
@@ -51,12 +55,6 @@ MAX_ROUNDS = 64
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 MAX_ITEMS = 5_000_000
 """Limits on a message read from outside: bytes, and ranges + rows + keys in it."""
-
-
-class ReconcileError(TidesyncError):
-    """A reconciliation message is malformed, for another table, or over its limits."""
-
-    code = ErrorCode.INVALID_INPUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +81,8 @@ class Exchange:
     ranges: tuple[RangeDigest, ...] = ()
     leaves: tuple[LeafRows, ...] = ()
     differing: tuple[Key, ...] = ()
+    starter_only: tuple[Key, ...] = ()
+    """Of `differing`, the keys only the side that started holds (the other side lacks them)."""
     link_bytes: int = 0
     """The bytes of every message of the exchange so far, this one included once written."""
     rows_compared: int = field(default=0)
@@ -109,6 +109,9 @@ def answer(connection: sa.Connection, source: DigestTable, message: Exchange) ->
     if message.round >= MAX_ROUNDS:
         raise ReconcileError(f"the exchange did not end within {MAX_ROUNDS} rounds")
     differing = _KeySet(message.differing)
+    starter_only = _KeySet(message.starter_only)
+    # Round 1 is the starter's, so the starter answers the even rounds.
+    starter_answers = message.round % 2 == 0
     ranges: list[RangeDigest] = []
     leaves: list[LeafRows] = []
     mine = range_digests(connection, source, [theirs.key_range for theirs in message.ranges])
@@ -122,10 +125,13 @@ def answer(connection: sa.Connection, source: DigestTable, message: Exchange) ->
         parts = split_range(connection, source, ours.key_range, ours.count, message.fan_out)
         ranges += range_digests(connection, source, parts)
     for leaf in message.leaves:
-        differing.add_all(_differing_keys(leaf.rows,
-                                          range_rows(connection, source, leaf.key_range)))
+        found, only_theirs, only_ours = _differing_keys(
+            leaf.rows, range_rows(connection, source, leaf.key_range))
+        differing.add_all(found)
+        starter_only.add_all(only_ours if starter_answers else only_theirs)
     return replace(message, round=message.round + 1, ranges=tuple(ranges),
-                   leaves=tuple(leaves), differing=differing.keys())
+                   leaves=tuple(leaves), differing=differing.keys(),
+                   starter_only=starter_only.keys())
 
 
 def reconcile_locally(first: tuple[sa.Connection, DigestTable],
@@ -144,15 +150,20 @@ def reconcile_locally(first: tuple[sa.Connection, DigestTable],
     return message
 
 
-def _differing_keys(theirs: Sequence[RowHash], ours: Sequence[RowHash]) -> list[Key]:
+def _differing_keys(theirs: Sequence[RowHash], ours: Sequence[RowHash]
+                    ) -> tuple[list[Key], list[Key], list[Key]]:
+    """(every differing key, those only they hold, those only we hold)."""
     mine = {_key_id(row.key): row for row in ours}
     found: list[Key] = []
+    only_theirs: list[Key] = []
     for row in theirs:
         other = mine.pop(_key_id(row.key), None)
         if other is None or other.hash != row.hash:
             found.append(row.key)
-    found += [row.key for row in mine.values()]
-    return found
+        if other is None:
+            only_theirs.append(row.key)
+    only_ours = [row.key for row in mine.values()]
+    return found + only_ours, only_theirs, only_ours
 
 
 def _key_id(key: Key) -> str:
@@ -192,6 +203,7 @@ def encode(message: Exchange) -> bytes:
                     [[_bound(row.key), row.hash] for row in leaf.rows]]
                    for leaf in message.leaves],
         "differing": [_bound(key) for key in message.differing],
+        "starter_only": [_bound(key) for key in message.starter_only],
     }
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -211,7 +223,9 @@ def decode(raw: bytes) -> Exchange:
                            tuple(RowHash(_key(key), str(hash_)) for key, hash_ in _list(rows)))
                   for lower, upper, rows in _list(document["leaves"])]
         differing = tuple(_key(key) for key in _list(document["differing"]))
-        if len(ranges) + sum(len(leaf.rows) for leaf in leaves) + len(differing) > MAX_ITEMS:
+        starter_only = tuple(_key(key) for key in _list(document.get("starter_only", [])))
+        if (len(ranges) + sum(len(leaf.rows) for leaf in leaves) + len(differing)
+                + len(starter_only) > MAX_ITEMS):
             raise ReconcileError(f"a reconciliation message holds at most {MAX_ITEMS} items")
         return Exchange(
             subject=str(document["subject"]),
@@ -219,7 +233,8 @@ def decode(raw: bytes) -> Exchange:
             table=str(document["table"])[:200], row_filter=str(document["filter"])[:10_000],
             round=_int(document["round"]), fan_out=_int(document["fan_out"]),
             leaf_rows=_int(document["leaf_rows"]), ranges=tuple(ranges), leaves=tuple(leaves),
-            differing=differing, link_bytes=_int(document["link_bytes"]),
+            differing=differing, starter_only=starter_only,
+            link_bytes=_int(document["link_bytes"]),
             rows_compared=_int(document["rows_compared"]))
     except ReconcileError:
         raise
@@ -253,6 +268,22 @@ def _int(raw: object) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
         raise ValueError("expected a non-negative integer")
     return raw
+
+
+# --- the message over the link -----------------------------------------------------------------
+
+def checked_size(message: Exchange) -> bytes:
+    """The message as JSON, refused when over the link's limit."""
+    data = encode(message)
+    if len(data) > MAX_LINK_MESSAGE_BYTES:
+        raise MessageTooLarge(f"the next message would be {len(data)} bytes, more than the"
+                              f" link's {MAX_LINK_MESSAGE_BYTES}")
+    return data
+
+
+def pack(data: bytes) -> bytes:
+    """A message's JSON as it crosses the link (zstd level 3)."""
+    return zstandard.ZstdCompressor(level=3).compress(data)
 
 
 # --- the last result per subject ---------------------------------------------------------------

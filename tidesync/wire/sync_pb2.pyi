@@ -602,8 +602,34 @@ class ResendRequest(_message.Message):
     from_source_sequence: int
     def __init__(self, source_topic_ref: _Optional[int] = ..., source_partition: _Optional[int] = ..., replay_epoch: _Optional[int] = ..., from_source_sequence: _Optional[int] = ...) -> None: ...
 
+class ReconcileRequest(_message.Message):
+    __slots__ = ("exchange_id", "round", "ship_table_ref", "message")
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    SHIP_TABLE_REF_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    exchange_id: bytes
+    round: int
+    ship_table_ref: int
+    message: bytes
+    def __init__(self, exchange_id: _Optional[bytes] = ..., round: _Optional[int] = ..., ship_table_ref: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
+
+class SnapshotKeysRequest(_message.Message):
+    __slots__ = ("exchange_id", "ship_table_ref", "keys", "actor", "reason")
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHIP_TABLE_REF_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    exchange_id: bytes
+    ship_table_ref: int
+    keys: bytes
+    actor: str
+    reason: str
+    def __init__(self, exchange_id: _Optional[bytes] = ..., ship_table_ref: _Optional[int] = ..., keys: _Optional[bytes] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class DownlinkCommand(_message.Message):
-    __slots__ = ("command_id", "sequence", "issued_at_micros", "row_change", "conflict_decision", "config_change", "resend")
+    __slots__ = ("command_id", "sequence", "issued_at_micros", "row_change", "conflict_decision", "config_change", "resend", "reconcile", "snapshot_keys")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     ISSUED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
@@ -611,6 +637,8 @@ class DownlinkCommand(_message.Message):
     CONFLICT_DECISION_FIELD_NUMBER: _ClassVar[int]
     CONFIG_CHANGE_FIELD_NUMBER: _ClassVar[int]
     RESEND_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_KEYS_FIELD_NUMBER: _ClassVar[int]
     command_id: bytes
     sequence: int
     issued_at_micros: int
@@ -618,7 +646,31 @@ class DownlinkCommand(_message.Message):
     conflict_decision: ConflictDecision
     config_change: ConfigChange
     resend: ResendRequest
-    def __init__(self, command_id: _Optional[bytes] = ..., sequence: _Optional[int] = ..., issued_at_micros: _Optional[int] = ..., row_change: _Optional[_Union[ShoreRowChange, _Mapping]] = ..., conflict_decision: _Optional[_Union[ConflictDecision, _Mapping]] = ..., config_change: _Optional[_Union[ConfigChange, _Mapping]] = ..., resend: _Optional[_Union[ResendRequest, _Mapping]] = ...) -> None: ...
+    reconcile: ReconcileRequest
+    snapshot_keys: SnapshotKeysRequest
+    def __init__(self, command_id: _Optional[bytes] = ..., sequence: _Optional[int] = ..., issued_at_micros: _Optional[int] = ..., row_change: _Optional[_Union[ShoreRowChange, _Mapping]] = ..., conflict_decision: _Optional[_Union[ConflictDecision, _Mapping]] = ..., config_change: _Optional[_Union[ConfigChange, _Mapping]] = ..., resend: _Optional[_Union[ResendRequest, _Mapping]] = ..., reconcile: _Optional[_Union[ReconcileRequest, _Mapping]] = ..., snapshot_keys: _Optional[_Union[SnapshotKeysRequest, _Mapping]] = ...) -> None: ...
+
+class ReconcileAnswer(_message.Message):
+    __slots__ = ("protocol_version", "node_id", "command_id", "exchange_id", "round", "message")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: str
+    node_id: str
+    command_id: bytes
+    exchange_id: bytes
+    round: int
+    message: bytes
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., command_id: _Optional[bytes] = ..., exchange_id: _Optional[bytes] = ..., round: _Optional[int] = ..., message: _Optional[bytes] = ...) -> None: ...
+
+class ReconcileAnswerResponse(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
 class CommandsPage(_message.Message):
     __slots__ = ("commands", "strings", "next_cursor", "has_more")

@@ -63,6 +63,14 @@ class Direction(enum.StrEnum):
         return self is not Direction.UPLINK
 
 
+class SnapshotWhen(enum.StrEnum):
+    """When a ship sends the rows its source table already holds as a snapshot."""
+
+    NEVER = ""
+    ON_ACTIVATION = "ON_ACTIVATION"
+    """Each time a version of the rule becomes active on a ship (its first activation included)."""
+
+
 class PriorityClass(enum.StrEnum):
     CRITICAL = "CRITICAL"
     HIGH = "HIGH"
@@ -117,6 +125,7 @@ class SyncRule:
     window: str = ""
     quota_bytes_per_day: int = 0
     retention_days: int = 0
+    snapshot: SnapshotWhen = SnapshotWhen.NEVER
 
     # ----------------------------------------------------------------- naming
 
@@ -201,6 +210,9 @@ class SyncRule:
             "window": self.window,
             "quota_bytes_per_day": self.quota_bytes_per_day,
             "retention_days": self.retention_days,
+            # Only when set: rules without it keep the canonical JSON (and checksum) they had.
+            **({"snapshot": self.snapshot.value} if self.snapshot is not SnapshotWhen.NEVER
+               else {}),
         }
 
     def canonical(self) -> bytes:
@@ -291,12 +303,14 @@ def _read_rule(document: Mapping[str, Any]) -> SyncRule:
         window=reader.text("window"),
         quota_bytes_per_day=reader.integer("quota_bytes_per_day"),
         retention_days=reader.integer("retention_days"),
+        snapshot=reader.choice("snapshot", SnapshotWhen) or SnapshotWhen.NEVER,
     )
 
 
 _TOP_FIELDS = {"id", "version", "description", "direction", "source", "target", "key", "filter",
                "select", "columns", "transforms", "conflicts", "business_time", "priority",
-               "rate_class", "schedule", "window", "quota_bytes_per_day", "retention_days"}
+               "rate_class", "schedule", "window", "quota_bytes_per_day", "retention_days",
+               "snapshot"}
 
 
 def _table(text: str, name: str) -> tuple[str, str]:
@@ -474,6 +488,9 @@ def _static_problems(rule: SyncRule) -> list[str]:
     if rule.direction is not Direction.BIDIRECTIONAL and rule.conflict_policy is not \
             PolicyName.MANUAL:
         problems.append("conflicts: a one-way rule has no conflicts, so it takes no policy")
+    if rule.snapshot is not SnapshotWhen.NEVER and not rule.direction.uplink:
+        problems.append("snapshot: a ship sends snapshots of its rows, so a DOWNLINK rule"
+                        " takes none")
     return problems
 
 
