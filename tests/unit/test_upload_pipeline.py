@@ -175,7 +175,8 @@ class GatedShore(FakeShore):
 def test_two_uploads_go_side_by_side(state: SQLiteShipState) -> None:
     clock, shore = ManualClock(), GatedShore()
     uploads, hooks, ids = pipeline(state, shore, clock, events=40, slots=2)
-    uploads.pace.settings = PaceSettings(initial_bytes=1, min_bytes=1)  # one event a batch
+    # One event a batch.
+    uploads.pace = LinkPace(PaceSettings(initial_bytes=1, min_bytes=1, max_bytes=1))
     try:
         while hooks.received != set(ids):
             uploads.step(blocked=False)
@@ -198,9 +199,46 @@ def test_requests_carry_about_a_second_of_the_measured_goodput() -> None:
         now += 2.0
         pace.ended(128_000, now - 0.6, 1.6, answered=True)
         pace.ended(128_000, now, 2.0, answered=True)
-    assert 100_000 < pace.request_bytes() < 160_000
+    assert not pace.starting  # the goodput stopped rising
+    assert 128_000 <= pace.request_bytes() <= 200_000  # a second of it, a quarter more
     assert 0.3 < pace.rtt() < 0.9
     pace.started(pace.request_bytes(), now)
     assert pace.may_start(2)
     pace.started(pace.request_bytes(), now)
-    assert not pace.may_start(2) and not pace.may_start(3)  # a BDP and a request are out
+    assert not pace.may_start(2) and pace.may_start(3)  # the slots decide
+
+
+def _link(pace: LinkPace, rate: float, rtt: float, seconds: float) -> float:
+    """Drive `pace` over a link of `rate` bytes/s and `rtt`, two requests side by side
+    sharing it; returns the goodput of the last ten seconds."""
+    now, answered = 0.0, []
+    while now < seconds:
+        size = pace.request_bytes()
+        pace.started(size, now)
+        pace.started(size, now)
+        took = rtt + 2 * size / rate
+        now += took
+        pace.ended(size, now, took, answered=True)
+        pace.ended(size, now, took, answered=True)
+        answered.append((now, 2 * size))
+    recent = [size for at, size in answered if at > seconds - 10]
+    return sum(recent) / 10
+
+
+def test_small_first_requests_grow_until_the_link_is_full() -> None:
+    # A goodput measured on small requests is the ship's, not the link's: the size doubles
+    # while the goodput still rises, so it ends near the link's rate, not the first sample's.
+    pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=16_000, min_bytes=1_000,
+                                 max_bytes=10_000_000))
+    goodput = _link(pace, rate=131_072, rtt=0.6, seconds=60)
+    assert not pace.starting
+    assert goodput > 0.7 * 131_072
+    # …and no request carries more than max_request_seconds of link time.
+    assert pace.request_bytes() <= 131_072 * pace.settings.max_request_seconds * 1.25
+
+
+def test_a_fixed_size_would_not_fill_the_link() -> None:
+    # The control: requests kept at the first size leave most of the link idle.
+    pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=16_000, min_bytes=16_000,
+                                 max_bytes=16_000))
+    assert _link(pace, rate=131_072, rtt=0.6, seconds=60) < 0.5 * 131_072

@@ -31,6 +31,7 @@ from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.resend import QueueResender
 from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
 from tidesync.ship.shore_answers import applied_ranges, terminal_results
+from tidesync.ship.side_requests import SideRequests
 from tidesync.ship.state import (
     Progress,
     SQLiteShipState,
@@ -66,7 +67,6 @@ from tidesync.wire.protocol import WireError
 log = logging.getLogger(__name__)
 
 
-_MAX_RECEIPT_PAGES = 20
 _QUEUE_RETRY_SECONDS = 1.0
 _ANSWER_POLL_SECONDS = 0.02
 """How long the queue is polled while uploads are in flight: their answers are applied soon."""
@@ -121,6 +121,8 @@ class ShipClient:
         self._queue_down: str | None = None
         self._blocked_dirty = True
         self.downlink: Downlink | None = None
+        # Receipts, heartbeats and config travel beside the uploads on a remote link.
+        self.side = SideRequests(threaded=bool(getattr(link, "remote", False)))
 
     def enable_downlink(self, settings: DownlinkSettings, target: TargetApplier) -> Downlink:
         """Apply shore commands to `target` (the ship's business database) from now on."""
@@ -167,10 +169,11 @@ class ShipClient:
 
     def step(self) -> None:
         """One turn: read, send one batch, pull receipts, commit, report — each when due."""
+        self.side.collect()
         now = self.monotonic()
         if self.topics.due(now):
             self._refresh_topics(now)
-        if self.node_blocked is None:
+        if self.node_blocked is None and not self.uploads.probes_link():
             self.recovery.probe(self.link, now)  # while the link is down
         self._fetch_config()
         self._intake()
@@ -190,7 +193,8 @@ class ShipClient:
             return True
         if self._queue_down is not None or not self.consumer.caught_up() or self.awaiting:
             return False
-        if self.window.has_due(float("inf")) or self.uploads.busy() or self.more_receipts:
+        if (self.window.has_due(float("inf")) or self.uploads.busy() or self.more_receipts
+                or self.side.busy()):
             return False
         if self.downlink is not None and not self.downlink.idle():
             return False
@@ -371,36 +375,34 @@ class ShipClient:
     def _pull_receipts(self) -> None:
         now = self.monotonic()
         # Rejected events keep receipts coming: the shore may replay or skip them later.
-        # While uploads have a backlog, one page per receipts interval: each request here
-        # holds up the next batch.
-        if (self.node_blocked is not None or not self.receipts_retry.due(now)
-                or not self.receipts.due(now)
+        # While uploads have a backlog, one page per receipts interval; otherwise page after
+        # page, one a turn.
+        if (self.node_blocked is not None or self.side.busy("receipts")
+                or not self.receipts_retry.due(now) or not self.receipts.due(now)
                 or not (self.awaiting or self.state.receipts.shore_rejections())):
             return
         self.receipts.done(now)
         self.more_receipts = False
-        backlog = self.uploads.backlog(now)
-        for _ in range(1 if backlog else _MAX_RECEIPT_PAGES):
-            try:
-                page = self.link.receipts(self.state.cursor(), self.settings.receipts_page_size)
-            except LinkError as error:
-                self._request_failed(self.receipts_retry, error, "receipts")
-                return
-            try:
-                applied = applied_ranges(page)
-            except WireError as error:
-                self._request_failed(self.receipts_retry, LinkDown(
-                    LinkReason.BAD_RESPONSE, f"unreadable receipts: {error}"), "receipts")
-                return
-            self.receipts_retry.succeeded()
-            cursor = page.next_cursor or self.state.cursor()
-            self._moved(self.state.receipts.apply_receipts(terminal_results(page), cursor,
-                                                           applied))
-            if not page.has_more:
-                return
-        self.more_receipts = True
-        if not backlog:
-            self.receipts.due_within(now, 0.0)
+        cursor, size = self.state.cursor(), self.settings.receipts_page_size
+        self.side.start("receipts", lambda: self.link.receipts(cursor, size),
+                        self._receipts_page, lambda error: self._request_failed(
+                            self.receipts_retry, error, "receipts"))
+
+    def _receipts_page(self, page: pb.ReceiptsPage) -> None:
+        try:
+            applied = applied_ranges(page)
+        except WireError as error:
+            self._request_failed(self.receipts_retry, LinkDown(
+                LinkReason.BAD_RESPONSE, f"unreadable receipts: {error}"), "receipts")
+            return
+        self.receipts_retry.succeeded()
+        cursor = page.next_cursor or self.state.cursor()
+        self._moved(self.state.receipts.apply_receipts(terminal_results(page), cursor, applied))
+        if page.has_more:
+            now = self.monotonic()
+            self.more_receipts = True
+            if not self.uploads.backlog(now):
+                self.receipts.due_within(now, 0.0)
 
     def _request_failed(self, schedule: RetrySchedule, error: LinkError, what: str) -> None:
         if error.disposition is Disposition.BLOCK_NODE:
@@ -414,7 +416,8 @@ class ShipClient:
 
     def _commit(self) -> None:
         now = self.monotonic()
-        if not self.commits.due(now):
+        # Caught up with nothing left to send, the checkpoint goes now, not at the next tick.
+        if not self.commits.due(now) and (len(self.window) or not self.consumer.caught_up()):
             return
         self.commits.done(now)
         try:
@@ -435,20 +438,23 @@ class ShipClient:
         rules in force stay, and the config is asked again with backoff."""
         rules, now = self.rules, self.monotonic()
         if (rules is None or not self.config_wanted or self.node_blocked is not None
-                or not self.config_retry.due(now)):
+                or self.side.busy("config") or not self.config_retry.due(now)):
             return
+        self.side.start("config", self.link.config, self._config_answered,
+                        self._config_failed)
+
+    def _config_failed(self, error: LinkError) -> None:
+        delay = self.config_retry.failed(self.monotonic(), error.retry_after,
+                                         link_down=link_is_down(error))
+        log.warning("config request failed (%s); asking again in %.1f s", error.reason, delay)
+
+    def _config_answered(self, config: pb.ConfigResponse) -> None:
+        assert self.rules is not None
         try:
-            config = self.link.config()
             self.uploads.shore_limits(config.control)
-            applied = rules.apply_config(config, self.clock())
-        except LinkError as error:
-            delay = self.config_retry.failed(now, error.retry_after,
-                                             link_down=link_is_down(error))
-            log.warning("config request failed (%s); asking again in %.1f s", error.reason,
-                        delay)
-            return
+            applied = self.rules.apply_config(config, self.clock())
         except (SchemaUnavailable, MaskKeyError) as error:
-            delay = self.config_retry.failed(now)
+            delay = self.config_retry.failed(self.monotonic())
             log.warning("offered rules not checked (%s); asking again in %.1f s", error, delay)
             return
         self.config_retry.succeeded()
@@ -463,16 +469,17 @@ class ShipClient:
     def _heartbeat(self, force: bool = False) -> None:
         now = self.monotonic()
         if self.node_blocked is not None or not self.heartbeat_retry.due(now) or not (
-                force or self.heartbeats.due(now)):
+                force or self.heartbeats.due(now)) or (
+                self.side.busy("heartbeat") and not force):
             return
         self.heartbeats.done(now)
         self._check_disk()
         message = self.heartbeat_message()
-        try:
-            answer = self.link.heartbeat(message)
-        except LinkError as error:
-            self._request_failed(self.heartbeat_retry, error, "heartbeat")
-            return
+        self.side.start("heartbeat", lambda: self.link.heartbeat(message),
+                        self._heartbeat_answered, lambda error: self._request_failed(
+                            self.heartbeat_retry, error, "heartbeat"), wait=force)
+
+    def _heartbeat_answered(self, answer: pb.HeartbeatResponse) -> None:
         self.heartbeat_retry.succeeded()
         if (self.rules is not None and answer.HasField("config_version")
                 and answer.config_version != self.rules.config_version):
@@ -516,6 +523,7 @@ class ShipClient:
 
     def close(self) -> None:
         self.uploads.close()
+        self.side.close()
         close = getattr(self.link, "close", None)
         if close is not None:
             close()

@@ -16,8 +16,10 @@ class ClientSettings:
     limits: BatchLimits = field(default_factory=BatchLimits)
     window_per_partition: int = 10_000
     window_total: int = 20_000
-    window_bytes: int = 16 * 1024 * 1024
-    """Most bytes (queue record sizes) the window holds: large rows pause reading sooner."""
+    window_bytes: int = 48 * 1024 * 1024
+    """Most bytes (queue record sizes) the window holds: large rows pause reading sooner.
+    Records with schemas are several times the events they become, so for small rows the
+    counts above bind first; the window must hold the uploads in flight and the next one."""
     max_open_per_partition: int = 100_000
     poll_records: int = 500
     receipts_page_size: int = 500
@@ -32,7 +34,7 @@ class ClientSettings:
     # Uploads side by side (each on its own connection; keep below the shore's
     # node_max_concurrent_requests, which the ship's other requests share), and the link time
     # one upload request aims at (its size follows the measured goodput).
-    uploads_in_flight: int = 2
+    uploads_in_flight: int = 3
     upload_request_seconds: float = 1.0
     upload_initial_bytes: int = 64 * 1024
     uplink_rate: float = 0.0

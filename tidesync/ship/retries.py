@@ -6,6 +6,7 @@ and makes every waiting request due at once when one does.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -62,15 +63,18 @@ class RetrySchedule:
 class LinkRecovery:
     """The retry schedules of one link, and the probe that watches it while it is down.
 
-    A request without an answer marks the link down; from then on a cheap probe is due after
-    `probe_backoff.probe_delay` (1 s, doubling to the cap, default 30 s), however long each
-    request's own backoff has grown. The first success — a probe's or any request's — resets
-    every schedule that waited for the link, so uploads resume at once instead of minutes
-    after the link came back."""
+    A request without an answer marks the link down; from then on a cheap probe is due every
+    `probe_backoff`'s first delay (about 1 s) while the link has been down for less than
+    `fast_seconds`, so a short outage costs at most about that once the link is back. Longer
+    outages are probed ever less often, the interval doubling with each doubling of the time
+    down, up to the cap (default 30 s), however long each request's own backoff has grown. The
+    first success — a probe's or any request's — resets every schedule that waited for the
+    link, so uploads resume at once instead of minutes after the link came back."""
 
     probe_backoff: Backoff = field(default_factory=lambda: Backoff(1.0, 30.0))
     rng: random.Random = field(default_factory=random.SystemRandom)
     schedules: list[RetrySchedule] = field(default_factory=list)
+    fast_seconds: float = 60.0
     down_since: float | None = None
     probes: int = 0
     next_probe: float = 0.0
@@ -109,9 +113,16 @@ class LinkRecovery:
     def probe_failed(self, now: float) -> float:
         """Record a failed probe; returns the delay before the next one."""
         self.probes += 1
-        delay = self.probe_backoff.probe_delay(self.probes + 1, self.rng.random())
+        delay = self.probe_backoff.probe_delay(self._attempt(now), self.rng.random())
         self.next_probe = now + delay
         return delay
+
+    def _attempt(self, now: float) -> int:
+        """The probe backoff's attempt number for the time the link has been down."""
+        down_for = now - (self.down_since if self.down_since is not None else now)
+        if down_for < self.fast_seconds:
+            return 1
+        return 2 + int(math.log2(down_for / self.fast_seconds))
 
     def works(self) -> None:
         self.down_since, self.probes = None, 0

@@ -43,7 +43,7 @@ class ShipLinkSettings:
     # Uploads side by side, each on its own connection. Keep it below the shore's
     # `[shore] node_max_concurrent_requests` (4 by default): the ship's other requests
     # (receipts, heartbeats, commands) need a slot too.
-    uploads_in_flight: int = 2
+    uploads_in_flight: int = 3
     # The link time one upload request aims at; its size follows the goodput the ship
     # measures, so an interrupted request costs about this much link time.
     upload_request_ms: int = 1000

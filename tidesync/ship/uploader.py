@@ -2,8 +2,9 @@
 flight, and every answer applied on the client's own thread.
 
 * Each request carries about a second of link time (`tidesync.ship.pace`); up to `slots`
-  requests go side by side on their own connections while less than one bandwidth-delay
-  product plus one request is in flight, so the link does not idle while an answer travels.
+  requests go side by side on their own connections, so the link does not idle while an
+  answer travels. While others keep the link busy, a request waits until it can be at least
+  half that size.
 * A batch keeps its id and body across retries. When a request went out whole and its answer
   was lost, the shore is first asked what it answered (GET /sync/v1/batches/{id}); only a
   batch the shore does not know goes again.
@@ -14,6 +15,7 @@ flight, and every answer applied on the client's own thread.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import uuid
 from collections import deque
@@ -80,6 +82,8 @@ class _Flight:
     future: concurrent.futures.Future[Answer]
     started: float
     asks_fate: bool
+    estimate: int = 0
+    """The window's size estimates of the batch's events (queue record bytes)."""
 
 
 @dataclass
@@ -136,6 +140,10 @@ class UploadPipeline:
         if control.batch_max_events:
             self.event_cap = min(self.event_cap, control.batch_max_events)
 
+    def probes_link(self) -> bool:
+        """While the link is down, the first held batch's fate question is the probe."""
+        return bool(self.held) and self.held[0].ask_fate and self.retry.recovery is not None
+
     def step(self, blocked: bool) -> None:
         """Apply the answers that came, then start what may start."""
         self._collect()
@@ -152,7 +160,8 @@ class UploadPipeline:
     def _start(self) -> None:
         while True:
             now = self.monotonic()
-            if not self.retry.due(now) or not self.pace.may_start(self.slots):
+            if not self.pace.may_start(self.slots) or not (
+                    self.retry.due(now) or self._probing(now)):
                 return
             if self.held:
                 held = self.held.popleft()
@@ -166,10 +175,33 @@ class UploadPipeline:
                     return
                 self._send(held.batch)
                 continue
+            if self.flights and not self._enough_due():
+                return
             batch = self._next_batch(now)
             if batch is None:
                 return
             self._send(batch)
+
+    def _budget(self) -> int:
+        """The paced request size in the window's size estimates."""
+        return int(self.pace.request_bytes() / max(0.001, self.compression))
+
+    def _enough_due(self) -> bool:
+        """While other requests keep the link busy, a request waits until it can be at least
+        half the paced size: a small one would hold a slot for a round trip and carry little
+        (the queue refills the window a poll at a time)."""
+        in_flight = sum(flight.estimate for flight in self.flights)
+        return self.window.bytes - in_flight >= self._budget() // 2
+
+    def _probing(self, now: float) -> bool:
+        """A held batch's fate question goes out as the link's probe when one is due: when
+        the link is back its answer is already the batch's, one round trip sooner."""
+        recovery = self.retry.recovery
+        if (recovery is None or self.flights or not self.probes_link()
+                or not recovery.probe_due(now)):
+            return False
+        recovery.probe_failed(now)  # the next probe's time, unless this one answers
+        return True
 
     def _next_batch(self, now: float) -> OutgoingBatch | None:
         if not self.window.has_due(now):
@@ -177,8 +209,11 @@ class UploadPipeline:
         base = self.settings.limits
         limits = BatchLimits(min(self.event_cap, base.max_events), base.max_bytes, base.level,
                              base.include_before, self.wire_version, base.compressor)
-        budget = int(self.pace.request_bytes() / max(0.001, self.compression))
-        events = self.window.take(now, limits, budget)
+        # The window's size estimates are queue record sizes, far from what the wire carries:
+        # the paced budget (scaled by the compression measured against them) picks the
+        # events, and build_batch holds the batch to max_bytes of its real encoding.
+        budget = self._budget()
+        events = self.window.take(now, dataclasses.replace(limits, max_bytes=max(1, budget)))
         if not events:
             return None
         try:
@@ -189,7 +224,9 @@ class UploadPipeline:
         self.window.release(event.event_id for event in left)
         estimate = self.window.estimate(batch.event_ids)
         if estimate > 0:
-            self.compression = 0.5 * self.compression + 0.5 * len(batch.body) / estimate
+            measured = len(batch.body) / estimate
+            self.compression = measured if self.uploaded_batches == 0 and not self.flights \
+                else 0.5 * self.compression + 0.5 * measured
         if not self._spend(len(batch.body), now):
             self.window.release(batch.event_ids)
             return None
@@ -197,10 +234,11 @@ class UploadPipeline:
 
     def _send(self, batch: OutgoingBatch) -> None:
         self.state.mark(batch.event_ids, EventState.IN_FLIGHT)
-        self._launch(batch, False, lambda: self.link.upload(batch))
+        self._launch(batch, False, lambda: self.link.upload(batch),
+                     self.window.estimate(batch.event_ids))
 
     def _launch(self, batch: OutgoingBatch, asks_fate: bool,
-                call: Callable[[], Answer]) -> None:
+                call: Callable[[], Answer], estimate: int = 0) -> None:
         now = self.monotonic()
         size = 0 if asks_fate else len(batch.body)
         self.pace.started(size, now)
@@ -212,7 +250,7 @@ class UploadPipeline:
                 future.set_result(call())
             except Exception as error:  # noqa: BLE001 - handed over like a thread's
                 future.set_exception(error)
-        self.flights.append(_Flight(batch, future, now, asks_fate))
+        self.flights.append(_Flight(batch, future, now, asks_fate, estimate))
 
     def _spend(self, wire_bytes: int, now: float) -> bool:
         """Take the batch's compressed size from the uplink token bucket, or wait for it."""
