@@ -4,7 +4,9 @@ tidesync-data/, the key file beside it)."""
 from __future__ import annotations
 
 import json
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,12 +20,18 @@ pytestmark = pytest.mark.services
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.chdir(tmp_path)
+def workdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # A short directory of its own: the server's socket path may not pass 107 bytes, which
+    # pytest's per-test directories (longer under parallel workers) can.
+    path = Path(tempfile.mkdtemp(prefix="tidesync-nodes-"))
+    monkeypatch.chdir(path)
     for name in ("TIDESYNC_CONFIG", "TIDESYNC_SHORE__MASTER_KEY"):
         monkeypatch.delenv(name, raising=False)
-    yield tmp_path
-    stop_server(tmp_path / "tidesync-data" / "postgres")
+    try:
+        yield path
+    finally:
+        stop_server(path / "tidesync-data" / "postgres")
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def stored_bytes(data_dir: Path) -> bytes:

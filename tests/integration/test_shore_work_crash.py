@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,9 +21,21 @@ from tests.integration.shore_support import (
     pg_rows,
     receive,
 )
+from tidesync.localservices import PostgresDatabase
 from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: `shore work --once` takes the first pending job it finds, and
+    another test's leftover jobs in a shared database would be that job."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
 
 
 def worker_env(pg_database, shore_mariadb, **extra: str) -> dict[str, str]:
