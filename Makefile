@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/tidesync demo
 
+# Two test processes, each with its own database servers and broker; a test file runs whole in
+# one of them (module fixtures and the order within a file stay as written).
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 # The suites whose code reads clocks, run again with the wall clock of pytest and of every
 # process it starts shifted by +400 and -400 days (libfaketime; tests/timeshift/run). A test
