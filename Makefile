@@ -25,8 +25,7 @@ test: $(STAMP) lint typecheck
 # The suites whose code reads clocks, run again with the wall clock of pytest and of every
 # process it starts shifted by +400 and -400 days (libfaketime; tests/timeshift/run). A test
 # or a comparison that depends on today's date fails here first. The unit tests of both shifts
-# run side by side, then the service-backed suites of both shifts side by side (each pytest
-# session starts its own database servers and broker on free ports, in databases of its own).
+# run side by side (they only use the CPU); the service-backed suites one shift after another.
 SHIFTS := +400d -400d
 SHIFTED_PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 SHIFTED_INTEGRATION := \
@@ -50,17 +49,11 @@ test-shifted: $(STAMP)
 		cat $(VENV)/timeshift/unit$$offset.log; \
 	done; \
 	exit $$status
-	@pids=""; for offset in $(SHIFTS); do \
-		tests/timeshift/run $$offset $(SHIFTED_PYTEST) -k "not _down_ and not sigkill" \
-			$(SHIFTED_INTEGRATION) > $(VENV)/timeshift/services$$offset.log 2>&1 & \
-		pids="$$pids $$!"; \
-	done; \
-	status=0; for pid in $$pids; do wait $$pid || status=1; done; \
-	for offset in $(SHIFTS); do \
+	@for offset in $(SHIFTS); do \
 		echo "== service-backed suites, wall clock shifted by $$offset"; \
-		cat $(VENV)/timeshift/services$$offset.log; \
-	done; \
-	exit $$status
+		tests/timeshift/run $$offset $(SHIFTED_PYTEST) -k "not _down_ and not sigkill" $(SHIFTED_INTEGRATION) \
+			|| exit 1; \
+	done
 
 lint: $(STAMP)
 	$(BIN)/ruff check tidesync tests benchmarks
