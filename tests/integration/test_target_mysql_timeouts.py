@@ -24,7 +24,7 @@ from tests.integration.shore_support import (
 from tests.integration.test_apply_processor import items, node
 from tidesync.bootstrap.target import mysql_target_applier
 from tidesync.config import TargetConfig
-from tidesync.localservices import MariaDBInstance
+from tidesync.localservices import MariaDBInstance, PostgresDatabase
 from tidesync.shore.processor import ApplyProcessor, ProcessorSettings
 from tidesync.shore.work_queue import PostgresWorkQueue
 from tidesync.target.contract import TransientTargetError
@@ -32,6 +32,17 @@ from tidesync.target.mysql import MySQLTargetApplier
 from tidesync.target.mysql_schema import enable_mysql_table
 
 pytestmark = pytest.mark.services
+
+
+@pytest.fixture(scope="module")
+def pg_database() -> Iterator[PostgresDatabase]:
+    """A database of its own: the processor takes the first pending job it finds, and another
+    test's leftover jobs in a shared database would be that job."""
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()
 
 
 class HalfOpenProxy:
