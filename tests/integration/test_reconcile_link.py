@@ -28,6 +28,7 @@ from tests.integration.test_ship_client import shore_for_ship
 from tidesync.bootstrap.reconcile import business_connection
 from tidesync.capture.snapshot_store import SnapshotStore
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
+from tidesync.domain.downlink_command import CommandKind
 from tidesync.domain.node import NodeProfile, secret_from_text
 from tidesync.domain.rules.release import ReleaseStatus
 from tidesync.domain.rules.sync_rule import Direction, Selector, SyncRule
@@ -231,3 +232,87 @@ def apply_as_snapshot(shore: MariaDBInstance, shore_db: str, ship: MariaDBInstan
         assert {outcome.kind.value for outcome in outcomes} == {"APPLIED"}
     finally:
         applier.close()
+
+
+def _heard_from(link: ReconcileLink, node: str, at: dt.datetime) -> None:
+    """A heartbeat of the node, received by the shore at `at`."""
+    link.store.execute(
+        "INSERT INTO node_heartbeat (node_id, received_at, sent_at, protocol_version,"
+        " client_version, active_config_version, health) VALUES (%s, %s, %s, '1.0', '0.1.0',"
+        " '', '[]') ON CONFLICT (node_id) DO UPDATE SET received_at = EXCLUDED.received_at,"
+        " sent_at = EXCLUDED.sent_at", (node, at, at))
+
+
+def test_an_exchange_whose_ship_stays_silent_times_out(world):
+    console, shore, link, ship, clock, ship_db, shore_db = world
+    link.answer_timeout = dt.timedelta(hours=1)
+    subject = table_subject(f"{shore_db}.stock", f"{ship_db}.stock")
+    node = shore.node_id
+    _heard_from(link, node, clock.now - dt.timedelta(minutes=1))  # before the turn
+    exchange_id = link.start(node, subject, "user:ann", "check a silent ship")
+
+    # Offline for days: time before the ship is heard from again does not count.
+    clock.now += dt.timedelta(days=3)
+    assert link.advance() == 0
+    _heard_from(link, node, clock.now)
+    link.advance()
+    clock.now += dt.timedelta(minutes=59)
+    link.advance()
+    row = link.store.exchange(exchange_id)
+    assert row is not None and row.state == "RUNNING"
+
+    clock.now += dt.timedelta(minutes=2)
+    assert link.advance() == 1
+    row = link.store.exchange(exchange_id)
+    assert row is not None
+    assert (row.state, row.ended_at) == ("TIMED_OUT", clock.now)
+    assert "did not answer round 1" in row.error
+    (shown,) = data(console.query(SENTINEL, {"node": node}, role="operator"))[
+        "reconcileResults"]["items"]
+    assert shown["state"] == "TIMED_OUT"
+    assert [r.state for r in link.store.sentinel(node)] == ["TIMED_OUT"]
+
+    # The late answer changes nothing; a new exchange may start and ends normally.
+    ship.turn()
+    link.advance()
+    assert link.store.exchange(exchange_id).state == "TIMED_OUT"  # type: ignore[union-attr]
+    again = converse(link, ship, link.start(node, subject, "user:ann", "after the timeout"))
+    assert again.state == "EQUAL"
+
+
+def test_a_repair_sends_rows_only_the_shore_holds_as_the_downlink_sends_them(
+        world, shore_mariadb):
+    from tidesync.domain.rules.transforms import TransformSpec
+    from tidesync.shore.downlink_rules import DownlinkRoutes
+    from tidesync.shore.reconcile_repair import rule_subject
+
+    _console, shore, link, ship, clock, ship_db, shore_db = world
+    node = shore.node_id
+    rule = SyncRule(rule_id="stock", source_database=ship_db, source_table="stock",
+                    target_database=shore_db, direction=Direction.BIDIRECTIONAL,
+                    selector=Selector(nodes=frozenset({"*"})), key_columns=("site", "item"),
+                    transforms=(TransformSpec("qty", "scale", 1, {"factor": "10"}),),
+                    version=3)
+    site, item, qty = SHORE_ONLY[0]
+    run_sql(shore_mariadb, shore_db, f"INSERT INTO stock VALUES ({site}, '{item}', {qty})")
+    different = converse(link, ship, link.start(node, rule_subject(rule), "user:ann",
+                                                "before repair"))
+    assert set(keys_from_json(different.shore_only_keys)) == {(site, item)}
+
+    sent = repair(link, different.exchange_id, "user:ann", "copy the shore's row", "shore",
+                  [rule])
+    assert (sent.snapshot_keys, sent.row_changes) == (0, 1)
+    (command,) = [c for c in link.downlink.commands_for(node)
+                  if c.kind is CommandKind.ROW_CHANGE]
+    (revision,) = run_sql(shore_mariadb, shore_db, "SELECT _sync_revision FROM stock"
+                                                   f" WHERE site = {site} AND item = '{item}'")
+    shore_change = ChangeEvent(
+        command.payload.origin_event_id, "shore", "shore-cdc", "shore", 0, 0,
+        RecordKey.of(shore_db, "stock", {"site": site, "item": item}), Operation.INSERT,
+        clock.now, after={"site": site, "item": item, "qty": qty},
+        result_revision=Revision.parse(revision[0]))
+    routed = DownlinkRoutes.of([rule], {node: NodeProfile()}).route(shore_change, "shore")
+    assert command.payload == routed.payloads[node]
+    assert (command.payload.rule_id, command.payload.rule_version) == ("stock", 3)
+    # As on the downlink, a rule's transforms shape what leaves a ship, not the shore's rows.
+    assert dict(command.payload.values or {}) == {"qty": qty}

@@ -60,7 +60,7 @@ def reconcile_link(config: Config, clock: Clock = utc_now) -> Iterator[Reconcile
                              config.downlink.max_page_size)
     try:
         yield ReconcileLink(ExchangeStore(pool), downlink, business_connection(config.target),
-                            clock)
+                            clock, config.reconcile.answer_timeout)
     finally:
         downlink.close()
         pool.close()

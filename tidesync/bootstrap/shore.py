@@ -124,7 +124,8 @@ def build_worker(config: Config, applier: TargetApplier,
     worker.rule_activation = RuleActivationStep(rules, reports, nodes)
     # Reconciliation over the link: ships' answers taken up, `[reconcile]`'s schedule.
     link = ReconcileLink(ExchangeStore(pool), resends.downlink,
-                         business_connection(config.target), clock)
+                         business_connection(config.target), clock,
+                         config.reconcile.answer_timeout)
     worker.reconcile = ReconcileStep(link, reconcile_schedule(config, link, rules, nodes, clock))
 
     def close_views() -> None:

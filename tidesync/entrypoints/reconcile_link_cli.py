@@ -23,11 +23,13 @@ from tidesync.shore.reconcile_link import ExchangeRow, ReconcileLink, ReconcileS
 from tidesync.shore.reconcile_repair import repair, rule_subject, table_subject
 
 if TYPE_CHECKING:
+    from tidesync.domain.rules.sync_rule import SyncRule
+
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 _POLL_SECONDS = 1.0
 _EXIT_CODES = {ReconcileState.EQUAL: 0, ReconcileState.DIFFERENT: 3}
-"""As `reconcile answer`: 0 equal, 3 differing keys; 1 failed."""
+"""As `reconcile answer`: 0 equal, 3 differing keys; 1 failed or timed out."""
 
 
 def register_link_commands(subcommands: Commands) -> None:
@@ -117,6 +119,14 @@ def _subject(config: Config, text: str, ship_table: str) -> Subject:
     raise SystemExit(f"tidesync: no released rule {text!r} (or name a table as DB.TABLE)")
 
 
+def _offered_rules(config: Config) -> list[SyncRule]:
+    releases = open_rule_releases(config)
+    try:
+        return [rule for rule, _ in releases.offered()]
+    finally:
+        releases.close()
+
+
 def _wait(link: ReconcileLink, exchange_id: uuid.UUID, timeout: float) -> int:
     """Carry the exchange forward here too (the worker may not run) until it ends."""
     deadline = time.monotonic() + timeout if timeout > 0 else None
@@ -157,7 +167,7 @@ def _run_repair(args: argparse.Namespace) -> int:
     try:
         with reconcile_link(config) as link:
             done = repair(link, exchange_id, actor_of(args), args.reason,
-                          config.target.node_id or "shore")
+                          config.target.node_id or "shore", _offered_rules(config))
     except TidesyncError as error:
         print(f"tidesync: cannot repair {exchange_id}: {error}", file=sys.stderr)
         return 1

@@ -1,10 +1,15 @@
 """The backlog view (§15.1): events by node, direction, rule, priority and state.
 
-Uplink on the shore follows the ApplyJob streams: each claimed event's rule, size and times are
-read once from its received batch and kept (`backlog_event`) until it reaches a result, so the
-open states (CLAIMED, RETRY_WAIT, DEAD, PENDING) count what is waiting now and the results
-count what ended there. The refresher adds events still waiting in the inbox (RECEIVED: not
-claimed yet, so their rule is not known) and each node's own queue from its latest heartbeat.
+Uplink on the shore follows the ApplyJob streams: each claimed event's rule, priority, size and
+times are read once from its received batch and kept (`backlog_event`) until it reaches a
+result, so the open states (CLAIMED, RETRY_WAIT, DEAD, PENDING) count what is waiting now and
+the results count what ended there. The refresher adds events still waiting in the inbox
+(RECEIVED: not claimed yet, so their rule is not known) and each node's own queue from its
+latest heartbeat.
+
+Priority: snapshot events (operation SNAPSHOT: an onboarding's or a rule activation's rows)
+count as BULK, every other event as NORMAL; events not yet claimed and the nodes' own queues,
+whose operations are not known here, count as NORMAL.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tidesync.domain.apply_job import ApplyJob, EventResult
-from tidesync.domain.change_event import table_rule
+from tidesync.domain.change_event import Operation, table_rule
+from tidesync.domain.rules.sync_rule import PriorityClass
 from tidesync.projections.engine import Cursor, Events, event_topic
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError
@@ -25,7 +31,8 @@ from tidesync.wire.codec import NameTable, WireError
 log = logging.getLogger(__name__)
 
 UPLINK = "UPLINK"
-NORMAL = "NORMAL"
+NORMAL = PriorityClass.NORMAL.value
+BULK = PriorityClass.BULK.value
 RECEIVED = "RECEIVED"
 REJECTED = EventResult.REJECTED.value
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -44,8 +51,8 @@ _FINALIZED = event_topic(ApplyJob.Finalized)  # type: ignore[attr-defined]
 
 Key = tuple[str, str]
 """(origin node, event id)"""
-Group = tuple[str, str, str]
-"""(node, rule, state) of the UPLINK direction"""
+Group = tuple[str, str, str, str]
+"""(node, rule, priority, state) of the UPLINK direction"""
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,12 @@ class Item:
     bytes: int = 0
     captured_at: dt.datetime | None = None
     business_at: dt.datetime | None = None
+    priority: str = NORMAL
+
+
+def priority_of(operation: str) -> str:
+    """The backlog priority of an event by its operation: snapshot rows are BULK."""
+    return BULK if operation == Operation.SNAPSHOT.value else NORMAL
 
 
 @dataclass
@@ -80,6 +93,7 @@ class Step:
     state: str
     """CLAIMED, RETRY_WAIT, DEAD, PENDING, REPLAYED, or a result (the event ended)."""
     rule_id: str = ""
+    priority: str = NORMAL
 
 
 class BacklogProjection:
@@ -127,7 +141,8 @@ class BacklogProjection:
             topic = event_topic(type(event))
             if topic == _FINALIZED:
                 steps += [Step((node, str(row[0])), str(row[1]),
-                               str(row[6]) if len(row) > 6 and row[6] else "")
+                               str(row[6]) if len(row) > 6 and row[6] else "",
+                               priority_of(str(row[8]) if len(row) > 8 else ""))
                           for row in event.results]
             else:
                 state = _STATE_OF_TOPIC[topic]
@@ -145,7 +160,7 @@ class BacklogProjection:
         nodes, ids = _columns(keys)
         cursor.execute(
             f"SELECT e.origin_node_id, e.event_id::text, e.rule_id, e.state, e.bytes,"  # noqa: S608
-            f" e.captured_at, e.business_at FROM {self.items_table} e"
+            f" e.captured_at, e.business_at, e.priority FROM {self.items_table} e"
             " JOIN unnest(%b::text[], %b::text[]) AS k(node, id)"
             " ON e.origin_node_id = k.node AND e.event_id = k.id::uuid",
             (nodes, ids))
@@ -188,7 +203,7 @@ class BacklogProjection:
         open_groups: set[Group] = set()
 
         def count(node: str, item: Item, sign: int) -> None:
-            group = (node, item.rule_id, item.state)
+            group = (node, item.rule_id, item.priority, item.state)
             is_open = item.state not in _RESULTS
             deltas.setdefault(group, Delta()).add(item, sign, times=not is_open)
             if is_open:
@@ -199,7 +214,7 @@ class BacklogProjection:
             node = step.key[0]
             item = items.get(step.key)
             if step.state in _RESULTS:
-                result = Item(step.rule_id, step.state)
+                result = Item(step.rule_id, step.state, priority=step.priority)
                 if item is not None:
                     count(node, item, -1)
                     result = replace(item, rule_id=item.rule_id or step.rule_id,
@@ -244,15 +259,16 @@ class BacklogProjection:
         cursor.execute(
             f"INSERT INTO {self.items_table} AS e (origin_node_id, event_id, rule_id,"  # noqa: S608
             " priority, state, bytes, captured_at, business_at)"
-            " SELECT u.node, u.id::uuid, u.rule, %s, u.state, u.bytes, u.captured, u.business"
-            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int8[],"
-            " %b::timestamptz[], %b::timestamptz[])"
-            " AS u(node, id, rule, state, bytes, captured, business)"
+            " SELECT u.node, u.id::uuid, u.rule, u.priority, u.state, u.bytes, u.captured,"
+            " u.business FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[],"
+            " %b::text[], %b::int8[], %b::timestamptz[], %b::timestamptz[])"
+            " AS u(node, id, rule, priority, state, bytes, captured, business)"
             " ON CONFLICT (origin_node_id, event_id) DO UPDATE SET state = EXCLUDED.state,"
-            " rule_id = EXCLUDED.rule_id, bytes = EXCLUDED.bytes,"
+            " rule_id = EXCLUDED.rule_id, priority = EXCLUDED.priority, bytes = EXCLUDED.bytes,"
             " captured_at = EXCLUDED.captured_at, business_at = EXCLUDED.business_at",
-            (NORMAL, [key[0] for key, _ in changed], [key[1] for key, _ in changed],
-             [item.rule_id for _, item in changed], [item.state for _, item in changed],
+            ([key[0] for key, _ in changed], [key[1] for key, _ in changed],
+             [item.rule_id for _, item in changed], [item.priority for _, item in changed],
+             [item.state for _, item in changed],
              [item.bytes for _, item in changed], [item.captured_at for _, item in changed],
              [item.business_at for _, item in changed]))
 
@@ -265,10 +281,10 @@ class BacklogProjection:
             f"INSERT INTO {self.table} AS b (node_id, direction, rule_id, priority, state,"  # noqa: S608
             " events, bytes, oldest_business_at, newest_business_at, oldest_captured_at,"
             " newest_captured_at)"
-            " SELECT u.node, %s, u.rule, %s, u.state, u.events, u.bytes, u.ob, u.nb, u.oc, u.nc"
-            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::int8[], %b::int8[],"
-            " %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::timestamptz[])"
-            " AS u(node, rule, state, events, bytes, ob, nb, oc, nc)"
+            " SELECT u.node, %s, u.rule, u.priority, u.state, u.events, u.bytes, u.ob, u.nb,"
+            " u.oc, u.nc FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int8[],"
+            " %b::int8[], %b::timestamptz[], %b::timestamptz[], %b::timestamptz[],"
+            " %b::timestamptz[]) AS u(node, rule, priority, state, events, bytes, ob, nb, oc, nc)"
             " ON CONFLICT (node_id, direction, rule_id, priority, state) DO UPDATE SET"
             " events = b.events + EXCLUDED.events, bytes = b.bytes + EXCLUDED.bytes,"
             " oldest_business_at = LEAST(b.oldest_business_at, EXCLUDED.oldest_business_at),"
@@ -277,8 +293,9 @@ class BacklogProjection:
             " oldest_captured_at = LEAST(b.oldest_captured_at, EXCLUDED.oldest_captured_at),"
             " newest_captured_at = GREATEST(b.newest_captured_at,"
             " EXCLUDED.newest_captured_at)",
-            (UPLINK, NORMAL, [g[0] for g, _ in live], [g[1] for g, _ in live],
-             [g[2] for g, _ in live], [d.events for _, d in live], [d.bytes for _, d in live],
+            (UPLINK, [g[0] for g, _ in live], [g[1] for g, _ in live],
+             [g[2] for g, _ in live], [g[3] for g, _ in live], [d.events for _, d in live],
+             [d.bytes for _, d in live],
              [min(d.business) if d.business else None for _, d in live],
              [max(d.business) if d.business else None for _, d in live],
              [min(d.captured) if d.captured else None for _, d in live],
@@ -292,32 +309,32 @@ class BacklogProjection:
             f"UPDATE {self.table} AS b SET"  # noqa: S608
             f" oldest_captured_at = (SELECT min(e.captured_at) FROM {self.items_table} e"
             "   WHERE e.origin_node_id = b.node_id AND e.rule_id = b.rule_id"
-            "   AND e.state = b.state),"
+            "   AND e.priority = b.priority AND e.state = b.state),"
             f" newest_captured_at = (SELECT max(e.captured_at) FROM {self.items_table} e"
             "   WHERE e.origin_node_id = b.node_id AND e.rule_id = b.rule_id"
-            "   AND e.state = b.state),"
+            "   AND e.priority = b.priority AND e.state = b.state),"
             f" oldest_business_at = (SELECT min(e.business_at) FROM {self.items_table} e"
             "   WHERE e.origin_node_id = b.node_id AND e.rule_id = b.rule_id"
-            "   AND e.state = b.state),"
+            "   AND e.priority = b.priority AND e.state = b.state),"
             f" newest_business_at = (SELECT max(e.business_at) FROM {self.items_table} e"
             "   WHERE e.origin_node_id = b.node_id AND e.rule_id = b.rule_id"
-            "   AND e.state = b.state)"
-            " FROM unnest(%b::text[], %b::text[], %b::text[]) AS g(node, rule, state)"
+            "   AND e.priority = b.priority AND e.state = b.state)"
+            " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[])"
+            " AS g(node, rule, priority, state)"
             " WHERE b.node_id = g.node AND b.direction = %s AND b.rule_id = g.rule"
-            " AND b.priority = %s AND b.state = g.state",
-            ([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups],
-             UPLINK, NORMAL))
+            " AND b.priority = g.priority AND b.state = g.state",
+            (*_group_columns(groups), UPLINK))
 
     def _drop_empty(self, cursor: Cursor, groups: set[Group]) -> None:
         if not groups:
             return
         cursor.execute(
             f"DELETE FROM {self.table} AS b"  # noqa: S608
-            " USING unnest(%b::text[], %b::text[], %b::text[]) AS g(node, rule, state)"
+            " USING unnest(%b::text[], %b::text[], %b::text[], %b::text[])"
+            " AS g(node, rule, priority, state)"
             " WHERE b.node_id = g.node AND b.direction = %s AND b.rule_id = g.rule"
-            " AND b.priority = %s AND b.state = g.state AND b.events <= 0",
-            ([g[0] for g in groups], [g[1] for g in groups], [g[2] for g in groups],
-             UPLINK, NORMAL))
+            " AND b.priority = g.priority AND b.state = g.state AND b.events <= 0",
+            (*_group_columns(groups), UPLINK))
 
 
 _RESULTS = frozenset(result.value for result in EventResult)
@@ -333,7 +350,14 @@ def wire_facts(wire: pb.ChangeEvent, names: NameTable) -> Item:
     business = (_EPOCH + dt.timedelta(microseconds=wire.business_occurred_at_micros)
                 if wire.HasField("business_occurred_at_micros") else None)
     return Item(rule_id, "", wire.ByteSize(),
-                _EPOCH + dt.timedelta(microseconds=wire.captured_at_micros), business)
+                _EPOCH + dt.timedelta(microseconds=wire.captured_at_micros), business,
+                BULK if wire.operation == pb.SNAPSHOT else NORMAL)
+
+
+def _group_columns(groups: Iterable[Group]) -> tuple[list[str], ...]:
+    """Nodes, rules, priorities and states of groups, as four arrays."""
+    rows = list(groups)
+    return tuple([group[index] for group in rows] for index in range(4))
 
 
 def _columns(keys: Iterable[Key]) -> tuple[list[str], list[str]]:

@@ -102,6 +102,20 @@ class ReverseRule:
             return outcome
         return outcome.event
 
+    def payload(self, event: ChangeEvent, origin_node_id: str
+                ) -> RowChangePayload | Filtered | ShapeFailed:
+        """The command payload this rule's ships get for a shore change, or why none."""
+        shaped = self.shape(event)
+        if isinstance(shaped, Filtered | ShapeFailed):
+            return shaped
+        payload = dataclasses.replace(
+            row_change_payload(shaped, origin_node_id), rule_id=self.rule.rule_id,
+            rule_version=self.rule.version, by_key=self.by_key)
+        if self.by_key:  # nothing to compare on the ship: no revisions travel
+            payload = dataclasses.replace(payload, expected_local_revision=None,
+                                          result_revision=None)
+        return payload
+
     def _record(self, record: RecordKey) -> RecordKey:
         database, table = self.rule.source
         key = tuple((self.source_column(name), value) for name, value in record.primary_key)
@@ -186,20 +200,14 @@ class DownlinkRoutes:
                            and selector.matches(node, profile.groups, profile.tags))
             if not nodes:
                 continue
-            shaped = reverse.shape(event)
-            if isinstance(shaped, ShapeFailed):
-                log.warning("shore change not sent under a rule: %s", shaped.detail)
+            payload = reverse.payload(event, origin_node_id)
+            if isinstance(payload, ShapeFailed):
+                log.warning("shore change not sent under a rule: %s", payload.detail)
                 skip = DownlinkSkip.RULE_SHAPE_FAILED
                 continue
-            if isinstance(shaped, Filtered):
-                skip = DownlinkSkip(shaped.reason.value)
+            if isinstance(payload, Filtered):
+                skip = DownlinkSkip(payload.reason.value)
                 continue
-            payload = dataclasses.replace(
-                row_change_payload(shaped, origin_node_id), rule_id=reverse.rule.rule_id,
-                rule_version=reverse.rule.version, by_key=reverse.by_key)
-            if reverse.by_key:  # nothing to compare on the ship: no revisions travel
-                payload = dataclasses.replace(payload, expected_local_revision=None,
-                                              result_revision=None)
             for node in nodes:
                 payloads[node] = payload
         return Routed(payloads, None if payloads else skip)

@@ -52,6 +52,9 @@ class ReconcileState(enum.StrEnum):
     EQUAL = "EQUAL"
     DIFFERENT = "DIFFERENT"
     FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    """The ship did not answer within `[reconcile] answer_timeout_seconds` of being heard from
+    after the shore issued its turn."""
 
 
 class ReconcileRefused(TidesyncError):
@@ -119,13 +122,13 @@ _SENTINEL = (
 _INSERT = (
     "INSERT INTO reconcile_exchange (exchange_id, node_id, subject, shore_table, ship_table,"
     " row_filter, state, round, waiting_round, command_id, messages, link_bytes, rows_compared,"
-    " actor, reason, started_at) VALUES (%s, %s, %s, %s, %s, %s, 'RUNNING', 1, 2, %s, 1, %s,"
-    " %s, %s, %s, %s)"
+    " actor, reason, started_at, turn_at) VALUES (%s, %s, %s, %s, %s, %s, 'RUNNING', 1, 2, %s,"
+    " 1, %s, %s, %s, %s, %s, %s)"
 )
 _NEXT_TURN = (
     "UPDATE reconcile_exchange SET round = %s, waiting_round = %s, command_id = %s,"
-    " answer = NULL, messages = %s, link_bytes = link_bytes + %s"
-    " WHERE exchange_id = %s AND waiting_round = %s AND state = 'RUNNING'"
+    " answer = NULL, messages = %s, link_bytes = link_bytes + %s, turn_at = %s,"
+    " contact_at = NULL WHERE exchange_id = %s AND waiting_round = %s AND state = 'RUNNING'"
 )
 _FINISH = (
     "UPDATE reconcile_exchange SET state = %s, round = %s, waiting_round = NULL, answer = NULL,"
@@ -136,6 +139,17 @@ _FINISH = (
 _FAIL = (
     "UPDATE reconcile_exchange SET state = 'FAILED', waiting_round = NULL, answer = NULL,"
     " error = %s, ended_at = %s WHERE exchange_id = %s AND state = 'RUNNING'"
+)
+_CONTACT = (
+    "UPDATE reconcile_exchange e SET contact_at = h.received_at FROM node_heartbeat h"
+    " WHERE e.state = 'RUNNING' AND e.answer IS NULL AND e.contact_at IS NULL"
+    " AND h.node_id = e.node_id AND h.received_at >= e.turn_at"
+)
+_TIME_OUT = (
+    "UPDATE reconcile_exchange SET state = 'TIMED_OUT', waiting_round = NULL,"
+    " error = 'the ship did not answer round ' || round || ' within ' || %s::text"
+    " || ' s of being heard from', ended_at = %s"
+    " WHERE state = 'RUNNING' AND answer IS NULL AND contact_at <= %s RETURNING exchange_id"
 )
 _ANSWERED = (
     "SELECT exchange_id, node_id, subject, shore_table, row_filter, waiting_round, answer"
@@ -194,12 +208,19 @@ def keys_from_json(raw: Sequence[Sequence[object]]) -> list[Key]:
     return [tuple(decode_value(value) for value in key) for key in raw]
 
 
+DEFAULT_ANSWER_TIMEOUT = dt.timedelta(hours=24)
+
+
 class ReconcileLink:
     """Starts exchanges and carries them forward (`advance`, from the worker or a waiting CLI)."""
 
     def __init__(self, store: ExchangeStore, downlink: DownlinkService,
-                 business: BusinessConnection, clock: Clock = utc_now) -> None:
+                 business: BusinessConnection, clock: Clock = utc_now,
+                 answer_timeout: dt.timedelta | None = DEFAULT_ANSWER_TIMEOUT) -> None:
         self.store, self.downlink, self.business, self.clock = store, downlink, business, clock
+        self.answer_timeout = answer_timeout
+        """How long a ship may stay silent about the awaited turn once it has been heard
+        from (a heartbeat) after the turn was issued; None: forever."""
 
     # ------------------------------------------------------------------ start
 
@@ -218,7 +239,7 @@ class ReconcileLink:
             self.store.execute(_INSERT, (
                 exchange_id, node_id, subject.name, subject.shore_table, subject.ship_table,
                 subject.row_filter, command_id, len(reconciliation.pack(data)),
-                first.rows_compared, actor, reason, now))
+                first.rows_compared, actor, reason, now, now))
         except psycopg.errors.UniqueViolation as error:
             raise ReconcileRefused(f"an exchange of {subject.name} with {node_id} is running"
                                    ) from error
@@ -235,9 +256,9 @@ class ReconcileLink:
     # ------------------------------------------------------------------ advance
 
     def advance(self, limit: int = 20) -> int:
-        """Take up the answers ships posted and fail exchanges whose turn a ship refused;
-        returns how many exchanges moved."""
-        moved = 0
+        """Take up the answers ships posted, fail exchanges whose turn a ship refused and
+        time out those whose ship stays silent; returns how many exchanges moved."""
+        moved = self._time_out()
         for exchange_id, reason_code in [(r["exchange_id"], r["ack_reason_code"])
                                          for r in self.store.query(_REFUSED_TURNS, ())]:
             moved += self._fail(exchange_id, f"the ship refused its turn ({reason_code})")
@@ -268,9 +289,23 @@ class ReconcileLink:
                              reason=f"reconciliation round {reply.round}")
         self.downlink.issue([command], [(_NEXT_TURN, (
             reply.round, reply.round + 1, command.command_id, reply.round,
-            len(raw) + len(reconciliation.pack(data)), row["exchange_id"],
+            len(raw) + len(reconciliation.pack(data)), self.clock(), row["exchange_id"],
             row["waiting_round"]))])
         return 1
+
+    def _time_out(self) -> int:
+        """Note when each silent exchange's ship was first heard from after its turn was
+        issued, and end those silent for longer than the timeout since then."""
+        if self.answer_timeout is None:
+            return 0
+        self.store.execute(_CONTACT, ())
+        now = self.clock()
+        ended = self.store.query(_TIME_OUT, (
+            int(self.answer_timeout.total_seconds()), now, now - self.answer_timeout))
+        for row in ended:
+            log.warning("reconciliation %s timed out: the ship did not answer",
+                        row["exchange_id"])
+        return len(ended)
 
     def _ship_table(self, exchange_id: uuid.UUID) -> str:
         found = self.store.exchange(exchange_id)

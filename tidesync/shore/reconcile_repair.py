@@ -3,8 +3,10 @@
 Repair (audited: the commands carry the operator's actor and reason): keys the ship holds
 (missing or different on the shore) become one SNAPSHOT_KEYS command, the ship's capture then
 sends those rows as snapshot records; keys only the shore holds become ROW_CHANGE commands
-built from the shore's rows. The schedule starts an exchange per (node, active rule) when the
-last one began longer ago than `[reconcile] interval_seconds`, never two at once.
+built from the shore's rows the way the downlink builds a shore change's command (under the
+exchange's rule: the ship's names and columns, the rule's filter and version). The schedule
+starts an exchange per (node, active rule) when the last one began longer ago than
+`[reconcile] interval_seconds`, never two at once.
 """
 
 from __future__ import annotations
@@ -13,25 +15,26 @@ import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from tidesync.domain.actor import system_actor
-from tidesync.domain.change_event import Operation, RecordKey, Revision
+from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.conflict_images import is_sync_column
 from tidesync.domain.downlink_command import (
     CommandKind,
     NewCommand,
-    RowChangePayload,
     SnapshotKeysPayload,
 )
 from tidesync.domain.node import NodeProfile
 from tidesync.domain.rules.release import ReleasedRules, ReleaseStatus
-from tidesync.domain.rules.sync_rule import SyncRule
-from tidesync.domain.values import canonical_value, frozen_row
+from tidesync.domain.rules.runtime import Filtered, ShapeFailed
+from tidesync.domain.rules.sync_rule import Direction, SyncRule
+from tidesync.domain.values import canonical_value
+from tidesync.shore.downlink_rules import ReverseRule, row_change_payload
 from tidesync.shore.reconcile_link import (
     ReconcileLink,
     ReconcileRefused,
@@ -44,6 +47,8 @@ from tidesync.target.digests import Key
 log = logging.getLogger(__name__)
 
 SCHEDULER = system_actor("reconcile-scheduler")
+_CONNECTOR = "reconcile-repair"
+"""The source of the shore changes a repair makes of rows only the shore holds."""
 _MARK_REPAIRED = (
     "UPDATE reconcile_exchange SET repaired_at = %s, repair_actor = %s, repair_reason = %s"
     " WHERE exchange_id = %s AND repaired_at IS NULL"
@@ -68,8 +73,9 @@ def table_subject(table: str, ship_table: str = "") -> Subject:
 
 
 def repair(link: ReconcileLink, exchange_id: uuid.UUID, actor: str, reason: str,
-           shore_node_id: str = "shore") -> Repair:
-    """Send the differing rows of a finished exchange (once: a repaired exchange is refused)."""
+           shore_node_id: str = "shore", rules: Sequence[SyncRule] = ()) -> Repair:
+    """Send the differing rows of a finished exchange (once: a repaired exchange is refused).
+    `rules`: the offered rules; an exchange about a rule sends its rows shaped by it."""
     row = link.store.exchange(exchange_id)
     if row is None or row.state != ReconcileState.DIFFERENT:
         raise ReconcileRefused("only an exchange that ended DIFFERENT can be repaired")
@@ -77,6 +83,8 @@ def repair(link: ReconcileLink, exchange_id: uuid.UUID, actor: str, reason: str,
         raise ReconcileRefused(f"exchange {exchange_id} was repaired already")
     shore_only = {_key_id(key) for key in keys_from_json(row.shore_only_keys or [])}
     differing = keys_from_json(row.differing_keys or [])
+    rows = [key for key in differing if _key_id(key) in shore_only]
+    reverse = _reverse_rule(row.subject, rules) if rows else None
     commands: list[NewCommand] = []
     ship_keys = [key for key in differing if _key_id(key) not in shore_only]
     if ship_keys:
@@ -85,9 +93,8 @@ def repair(link: ReconcileLink, exchange_id: uuid.UUID, actor: str, reason: str,
             tuple(tuple(canonical_value(v) for v in key) for key in ship_keys), actor, reason)
         commands.append(NewCommand(row.node_id, CommandKind.SNAPSHOT_KEYS, payload.source_id,
                                    payload, actor=actor, reason=reason))
-    rows = [key for key in differing if _key_id(key) in shore_only]
     commands += _row_changes(link, row.node_id, row.shore_table, row.ship_table, rows,
-                             exchange_id, shore_node_id, actor, reason)
+                             exchange_id, shore_node_id, actor, reason, reverse)
     link.downlink.issue(commands, [(_MARK_REPAIRED, (link.clock(), actor, reason,
                                                      exchange_id))])
     log.info("reconciliation %s repaired: %d keys to snapshot on the ship, %d rows sent",
@@ -95,12 +102,31 @@ def repair(link: ReconcileLink, exchange_id: uuid.UUID, actor: str, reason: str,
     return Repair(len(ship_keys), len(commands) - bool(ship_keys))
 
 
+def _reverse_rule(subject: str, rules: Sequence[SyncRule]) -> ReverseRule | None:
+    """The rule a repair's row changes travel under, as the downlink sends shore changes
+    (None: a table's exchange, sent as its rows are)."""
+    kind, _, rule_id = subject.partition(":")
+    if kind != "rule":
+        return None
+    rule = next((rule for rule in rules if rule.rule_id == rule_id), None)
+    if rule is None or not rule.direction.downlink:
+        raise ReconcileRefused(f"rule {rule_id} is not offered as a rule that sends shore"
+                               " rows: rows only the shore holds cannot be sent under it")
+    if rule.direction is Direction.DOWNLINK and rule.transforms:
+        raise ReconcileRefused(f"rule {rule_id} is DOWNLINK with transforms: the downlink"
+                               " sends nothing under it, and neither does a repair")
+    return ReverseRule(rule)
+
+
 def _row_changes(link: ReconcileLink, node_id: str, shore_table: str, ship_table: str,
                  keys: list[Key], exchange_id: uuid.UUID, shore_node_id: str, actor: str,
-                 reason: str) -> list[NewCommand]:
-    """An INSERT for each row only the shore holds, with the shore's values and revision."""
+                 reason: str, reverse: ReverseRule | None) -> list[NewCommand]:
+    """An INSERT for each row only the shore holds, with the shore's values and revision,
+    made the way the downlink makes a shore change's command (under `reverse`'s rule: names,
+    columns, filter, rule version; else the table's row as it is)."""
     if not keys:
         return []
+    shore_database, _, shore_name = shore_table.rpartition(".")
     ship_database, _, ship_name = ship_table.rpartition(".")
     commands = []
     with link.source(shore_table, "") as (connection, source):
@@ -111,15 +137,22 @@ def _row_changes(link: ReconcileLink, node_id: str, shore_table: str, ship_table
             )).mappings().first()
             if found is None:
                 continue  # deleted on the shore since: nothing to send
-            revision = found[source.revision.name]
-            values = frozen_row((name, value) for name, value in found.items()
-                                if name not in names and not is_sync_column(name))
             event_id = uuid.uuid5(exchange_id, _key_id(key))
-            payload = RowChangePayload(
-                RecordKey.of(ship_database, ship_name, list(zip(names, key, strict=True))),
-                Operation.INSERT, values, None,
-                _revision(revision), shore_node_id,
-                event_id)
+            record = (RecordKey.of(shore_database, shore_name, zip(names, key, strict=True))
+                      if reverse is not None else
+                      RecordKey.of(ship_database, ship_name, zip(names, key, strict=True)))
+            event = ChangeEvent(
+                event_id, shore_node_id, _CONNECTOR, _CONNECTOR, 0, 0, record,
+                Operation.INSERT, link.clock(),
+                after={name: value for name, value in found.items()
+                       if not is_sync_column(name)},
+                result_revision=_revision(found[source.revision.name]))
+            payload = (row_change_payload(event, shore_node_id) if reverse is None
+                       else reverse.payload(event, shore_node_id))
+            if isinstance(payload, Filtered | ShapeFailed):
+                log.warning("reconciliation %s: a shore row is not sent under its rule (%s)",
+                            exchange_id, type(payload).__name__)
+                continue
             commands.append(NewCommand(node_id, CommandKind.ROW_CHANGE, event_id, payload,
                                        actor=actor, reason=reason))
     return commands

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import functools
 from collections.abc import Mapping
@@ -170,7 +171,20 @@ class ReconcileConfig:
     """`tidesync shore work` starts an exchange per (node, active rule) when the last one
     began this long ago; 0 (the default) starts none: only `tidesync reconcile` does."""
 
+    answer_timeout_seconds: int = 86400
+    """An exchange whose ship has not answered the awaited turn this long after the shore
+    first heard from the ship (a heartbeat) since issuing the turn ends TIMED_OUT; time the
+    ship spends offline before that does not count. 0: exchanges wait forever."""
+
     def validate(self) -> list[str]:
+        problems = []
         if not 0 <= self.interval_seconds <= 366 * 86400:
-            return ["reconcile.interval_seconds: must be 0 (off) .. 31622400"]
-        return []
+            problems.append("reconcile.interval_seconds: must be 0 (off) .. 31622400")
+        if not 0 <= self.answer_timeout_seconds <= 366 * 86400:
+            problems.append("reconcile.answer_timeout_seconds: must be 0 (never) .. 31622400")
+        return problems
+
+    @property
+    def answer_timeout(self) -> dt.timedelta | None:
+        return (dt.timedelta(seconds=self.answer_timeout_seconds)
+                if self.answer_timeout_seconds else None)

@@ -18,7 +18,8 @@ class ReconcileResult:
     exchange_id: str
     node_id: str
     subject: str
-    state: str = strawberry.field(description="RUNNING, EQUAL, DIFFERENT or FAILED.")
+    state: str = strawberry.field(description="RUNNING, EQUAL, DIFFERENT, FAILED or TIMED_OUT"
+                                              " (the ship did not answer in time).")
     differing_count: int | None
     rows_compared: Long
     messages: int

@@ -1,0 +1,81 @@
+"""The backlog view counts snapshot events (an onboarding's rows) under priority BULK and the
+ordinary changes beside them under NORMAL, while they wait and once they ended, and a rebuild
+of the view gives back the same rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from tests.integration.projection_support import new_node_id, read_side, shore_apps
+from tests.integration.shore_support import ShipLog, migrated_pool, pg_rows, receive
+from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
+from tidesync.domain.change_event import Operation, SourceCoordinates, event_id_for
+from tidesync.projections.rebuild import rebuild_view
+
+pytestmark = pytest.mark.services
+
+
+def _rows(pool, node_id: str) -> dict[tuple[str, str], tuple[int, bool]]:
+    """(state, priority) → (events, bytes > 0) of the node's uplink backlog."""
+    rows = pg_rows(pool, "SELECT state, priority, events, bytes FROM backlog"
+                         " WHERE node_id = %s AND direction = 'UPLINK'", (node_id,))
+    return {(r[0], r[1]): (r[2], r[3] > 0) for r in rows}
+
+
+def test_snapshot_events_count_as_bulk_and_survive_a_rebuild(pg_database):
+    with migrated_pool(pg_database) as pool, shore_apps(pg_database) as apps, \
+            read_side(pg_database, apps) as read:
+        ship = ShipLog(new_node_id(), "shipdb")
+        changes = [ship.insert(key, f"n{key}", key, "1.00") for key in (1, 2)]
+        snapshots = []
+        for key in (3, 4, 5):
+            row = ship.insert(key, f"n{key}", key, "1.00")
+            source = SourceCoordinates(ship.node_id, 0, ship.topic, ship.partition,
+                                       row.source_position)
+            snapshots.append(dataclasses.replace(
+                row, operation=Operation.SNAPSHOT,
+                event_id=event_id_for(source, row.record, Operation.SNAPSHOT)))
+        events = [*changes, *snapshots]
+        receive(pool, ship.node_id, events)
+        ids = [str(event.event_id) for event in events]
+        try:
+            job = ApplyJob(origin_node_id=ship.node_id, topic=ship.topic, partition=0,
+                           replay_epoch=0, job_no=1, event_ids=ids,
+                           positions=[e.source_position for e in events], worker="w1",
+                           lease_expires_at=dt.datetime.now(dt.UTC),
+                           actor="system:apply-processor", reason="claimed")
+            apps.apply_jobs.save(job)
+            read.catch_up(pool)
+            assert _rows(pool, ship.node_id) == {("CLAIMED", "NORMAL"): (2, True),
+                                                 ("CLAIMED", "BULK"): (3, True)}
+
+            # One snapshot row waits for a retry; the others end APPLIED.
+            job.finalize([FinalResult(str(event.event_id), EventResult.APPLIED,
+                                      position=event.source_position,
+                                      rule_id="table:shipdb.items",
+                                      operation=event.operation.value).as_row()
+                          for event in events[:4]], "system:apply-processor", "applied")
+            apps.apply_jobs.save(job)
+            with pool.connection() as conn:  # as the processor marks them in the inbox
+                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
+                             " WHERE origin_node_id = %s AND event_id::text = ANY(%s)",
+                             (ship.node_id, ids[:4]))
+            read.catch_up(pool)
+            built = _rows(pool, ship.node_id)
+            assert built == {("APPLIED", "NORMAL"): (2, True), ("APPLIED", "BULK"): (2, True),
+                             ("CLAIMED", "BULK"): (1, True)}
+            waiting = pg_rows(pool, "SELECT oldest_captured_at FROM backlog WHERE node_id = %s"
+                                    " AND state = 'CLAIMED' AND priority = 'BULK'",
+                              (ship.node_id,))
+            assert waiting == [(snapshots[-1].captured_at,)]
+
+            rebuild_view("backlog", apps=read.apps, pool=pool, actor="tester",
+                         reason="rebuilt in a test", catalogue=read.catalogue, batch_size=50)
+            assert _rows(pool, ship.node_id) == built
+        finally:
+            with pool.connection() as conn:
+                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
+                             " WHERE origin_node_id = %s", (ship.node_id,))
