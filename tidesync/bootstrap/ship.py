@@ -30,6 +30,7 @@ from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
 from tidesync.ship.rules import Activated, MaskKeyFile, SchemaSource, ShipRules
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.rules import SQLiteRules
+from tidesync.ship.sync_states import SnapshotSyncStates
 from tidesync.ship.transport import HttpShoreLink, ShoreLink, tls_context
 from tidesync.target.contract import TargetApplier
 from tidesync.target.mysql import MySQLTargetApplier
@@ -128,11 +129,21 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
     consumer.side = ship_replays(ship, state, rules)
     client = ShipClient(client_settings(ship, dictionaries), consumer, state, link, clock=clock,
                         rules=rules)
+    client.sync_states = SnapshotSyncStates(*_snapshot_capture(activated),
+                                            lambda: rules.current.rules.rules, state.watermarks)
     if ship_target is not None and ship_target.enabled:
         client.enable_downlink(downlink_settings(ship), ShipTargets(
             target_applier(ship, ship_target), by_key_applier(ship, ship_target),
             DownlinkOnlyTables(lambda: rules.current.rules.rules)))
     return client
+
+
+def _snapshot_capture(activated: Activated | None) -> tuple[Path | None, str]:
+    """The position file and topic prefix of the capture that takes this ship's snapshots
+    (the one rule activations ask), whose requests the heartbeat reports; none without."""
+    if isinstance(activated, ActivationSnapshots):
+        return activated.position_path, activated.capture
+    return None, ""
 
 
 def shore_topic_pattern(ship: ShipConfig) -> str:

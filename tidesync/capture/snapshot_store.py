@@ -74,6 +74,10 @@ class SnapshotRequest:
     rule_id: str = ""
     """The rule whose activation asked for the snapshot ("" when an operator did)."""
     rule_version: int = 0
+    started_at: str = ""
+    """When the capture began reading ("" until then)."""
+    finished_at: str = ""
+    """When the last chunk was on the queue, or the request failed ("" until then)."""
 
 
 def snapshot_phase(request: SnapshotRequest,
@@ -105,14 +109,18 @@ _DDL = (
     " chunks_total INTEGER NOT NULL DEFAULT 0, rows_total INTEGER NOT NULL DEFAULT 0,"
     " rows_emitted INTEGER NOT NULL DEFAULT 0, barrier_json TEXT NOT NULL DEFAULT '[]',"
     " error TEXT NOT NULL DEFAULT '', updated_at TEXT NOT NULL,"
-    " rule_id TEXT NOT NULL DEFAULT '', rule_version INTEGER NOT NULL DEFAULT 0)"
+    " rule_id TEXT NOT NULL DEFAULT '', rule_version INTEGER NOT NULL DEFAULT 0,"
+    " started_at TEXT NOT NULL DEFAULT '', finished_at TEXT NOT NULL DEFAULT '')"
 )
 _ADDED_COLUMNS = {"rule_id": "TEXT NOT NULL DEFAULT ''",
-                  "rule_version": "INTEGER NOT NULL DEFAULT 0"}
+                  "rule_version": "INTEGER NOT NULL DEFAULT 0",
+                  "started_at": "TEXT NOT NULL DEFAULT ''",
+                  "finished_at": "TEXT NOT NULL DEFAULT ''"}
 """Columns position files written before they existed lack; added when opened."""
 _COLUMNS = ("id, capture, database_name, table_name, keys_json, chunk_rows, reason, actor,"
             " requested_at, state, cursor_json, chunks_done, chunks_total, rows_total,"
-            " rows_emitted, barrier_json, error, rule_id, rule_version")
+            " rows_emitted, barrier_json, error, rule_id, rule_version, started_at,"
+            " finished_at")
 
 
 class SnapshotStore:
@@ -182,9 +190,14 @@ class SnapshotStore:
             raise
         return created
 
-    def requests(self, capture: str | None = None) -> list[SnapshotRequest]:
+    def requests(self, capture: str | None = None, *,
+                 with_keys: bool = True) -> list[SnapshotRequest]:
+        """Every request (of `capture`), in id order; without `with_keys` a `--keys`
+        request's keys are not read (its `keys` is an empty tuple), for progress reports."""
         where, params = ("WHERE capture = ?", (capture,)) if capture else ("", ())
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM snapshot_request {where}"  # noqa: S608
+        columns = _COLUMNS if with_keys else _COLUMNS.replace(
+            "keys_json", "CASE WHEN keys_json IS NULL THEN NULL ELSE '[]' END", 1)
+        rows = self._db.execute(f"SELECT {columns} FROM snapshot_request {where}"  # noqa: S608
                                 " ORDER BY id", params).fetchall()
         return [_request(row) for row in rows]
 
@@ -200,9 +213,9 @@ class SnapshotStore:
               now: dt.datetime) -> None:
         self._db.execute(
             "UPDATE snapshot_request SET state = ?, rows_total = ?, chunks_total = ?,"
-            " updated_at = ? WHERE id = ? AND state = ?",
+            " updated_at = ?, started_at = ? WHERE id = ? AND state = ?",
             (SnapshotState.SNAPSHOTTING.value, rows_total, chunks_total, now.isoformat(),
-             request_id, SnapshotState.QUEUED.value))
+             now.isoformat(), request_id, SnapshotState.QUEUED.value))
 
     def chunk_done(self, request_id: int, cursor: Key | int, rows: int,
                    offsets: Mapping[tuple[str, int], int], now: dt.datetime, *,
@@ -220,22 +233,23 @@ class SnapshotStore:
             self._db.execute(
                 "UPDATE snapshot_request SET cursor_json = ?, chunks_done = ?,"
                 " chunks_total = ?, rows_emitted = rows_emitted + ?, barrier_json = ?,"
-                " state = ?, updated_at = ? WHERE id = ?",
+                " state = ?, updated_at = ?, finished_at = ? WHERE id = ?",
                 (json.dumps(cursor if isinstance(cursor, int) else encode_key(cursor)), done,
                  done if last else max(int(row[1]), done + 1), rows,
                  json.dumps([[topic, partition, offset]
                              for (topic, partition), offset in sorted(barrier.items())]),
                  (SnapshotState.EMITTED if last else SnapshotState.SNAPSHOTTING).value,
-                 now.isoformat(), request_id))
+                 now.isoformat(), now.isoformat() if last else "", request_id))
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
 
     def fail(self, request_id: int, error: str, now: dt.datetime) -> None:
-        self._db.execute("UPDATE snapshot_request SET state = ?, error = ?, updated_at = ?"
-                         " WHERE id = ?",
-                         (SnapshotState.FAILED.value, error[:500], now.isoformat(), request_id))
+        self._db.execute("UPDATE snapshot_request SET state = ?, error = ?, updated_at = ?,"
+                         " finished_at = ? WHERE id = ?",
+                         (SnapshotState.FAILED.value, error[:500], now.isoformat(),
+                          now.isoformat(), request_id))
 
 
 def _request(row: Sequence[object]) -> SnapshotRequest:
@@ -253,7 +267,7 @@ def _request(row: Sequence[object]) -> SnapshotRequest:
         chunks_done=int(str(row[11])), chunks_total=int(str(row[12])),
         rows_total=int(str(row[13])), rows_emitted=int(str(row[14])),
         barrier=_barrier(str(row[15])), error=str(row[16]), rule_id=str(row[17]),
-        rule_version=int(str(row[18])))
+        rule_version=int(str(row[18])), started_at=str(row[19]), finished_at=str(row[20]))
 
 
 def _barrier(text: str) -> dict[tuple[str, int], int]:

@@ -35,6 +35,7 @@ from tidesync.graphql.records.queries import RecordQueries
 from tidesync.graphql.rules.mutations import RuleMutations
 from tidesync.graphql.rules.queries import RuleQueries
 from tidesync.graphql.settings import ConsoleSettings
+from tidesync.graphql.sync_states.queries import SyncStateQueries
 from tidesync.graphql.text import UnstorableTextRule
 from tidesync.graphql.users.mutations import UserMutations
 from tidesync.graphql.users.queries import UserQueries
@@ -42,6 +43,7 @@ from tidesync.graphql.users.queries import UserQueries
 Query = merge_types("Query", (
     UserQueries, NodeQueries, BacklogQueries, ReceiptQueries, ConflictQueries, RecordQueries,
     AuditQueries, HistoryQueries, ProjectionQueries, JobQueries, RuleQueries, ReconcileQueries,
+    SyncStateQueries,
 ))
 Mutation = merge_types("Mutation", (
     ConflictMutations, NodeMutations, JobMutations, ProjectionMutations, UserMutations,

@@ -1,6 +1,7 @@
 """POST /sync/v1/heartbeat: a node's versions, health, backlog and throughput, stored as the
-latest heartbeat per node plus metric samples (the input of backlog and ETA views, §15), and
-how it stands on each rule it was offered (`rule_reports`).
+latest heartbeat per node plus metric samples (the input of backlog and ETA views, §15), how it
+stands on each rule it was offered (`rule_reports`), and its snapshot and catch-up state per
+rule and table (`sync_states`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from psycopg_pool import ConnectionPool
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ingress.database import Connection, transaction
 from tidesync.ingress.rule_reports import checked_reports, store_reports
+from tidesync.ingress.sync_states import checked_sync_states, store_sync_states
 from tidesync.wire import sync_pb2 as pb
 
 _INT64 = 1 << 63
@@ -50,8 +52,9 @@ class PostgresHeartbeats:
 
     def record(self, node_id: str, heartbeat: pb.Heartbeat, now: dt.datetime) -> None:
         """Store the heartbeat as the node's latest (unless a newer one is stored) with its
-        rule reports, and its samples (each once). Raises BadHeartbeat for out-of-range values
-        and BadRuleReport for rule reports beyond the limits."""
+        rule reports and sync states, and its samples (each once). Raises BadHeartbeat for
+        out-of-range values and BadRuleReport for rule reports or sync states beyond the
+        limits."""
         with transaction(self.pool) as conn:
             self._record(conn, node_id, heartbeat, now)
 
@@ -62,6 +65,7 @@ class PostgresHeartbeats:
         samples = [_backlog_row(node_id, sent_at, item, now) for item in heartbeat.backlog]
         samples += [_throughput_row(node_id, item, now) for item in heartbeat.throughput]
         reports = checked_reports(heartbeat.rules)
+        sync_states = checked_sync_states(heartbeat.sync_states)
         newest = conn.execute(_UPSERT_LATEST, (
             node_id, now, sent_at, heartbeat.protocol_version, heartbeat.client_version,
             heartbeat.active_config_version, health,
@@ -69,6 +73,7 @@ class PostgresHeartbeats:
         # A heartbeat that arrives after a newer one must not bring back what it reported.
         if newest:
             store_reports(conn, node_id, reports, sent_at, now)
+            store_sync_states(conn, node_id, sync_states, sent_at, now)
         if samples:
             with conn.cursor() as cursor:
                 cursor.executemany(_INSERT_SAMPLE, samples)

@@ -44,6 +44,7 @@ from tidesync.ship.telemetry import (
     HealthReason,
     HealthState,
     Subsystem,
+    SyncStates,
     ThroughputMeter,
     build_heartbeat,
     disk_health,
@@ -121,6 +122,7 @@ class ShipClient:
         self._queue_down: str | None = None
         self._blocked_dirty = True
         self.downlink: Downlink | None = None
+        self.sync_states: SyncStates = tuple  # set by the bootstrap (`tidesync.ship.sync_states`)
         # Receipts, heartbeats and config travel beside the uploads on a remote link.
         self.side = SideRequests(threaded=bool(getattr(link, "remote", False)))
 
@@ -502,7 +504,8 @@ class ShipClient:
         return build_heartbeat(self.settings.node_id, self.clock(),
                                self.health.entries.values(), backlog, [sample],
                                "" if rules is None else rules.config_version,
-                               () if rules is None else rules.activations())
+                               () if rules is None else rules.activations(),
+                               self.sync_states())
 
     def _final_heartbeat(self) -> None:
         self.heartbeat_retry.succeeded()

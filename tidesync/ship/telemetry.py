@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,9 @@ CLIENT_VERSION = "tidesync-ship/0.1.0"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 DISK_DEGRADED_FREE = 0.10
 DISK_BLOCKED_FREE = 0.05
+
+SyncStates = Callable[[], Iterable[pb.SyncState]]
+"""The snapshot and catch-up states a heartbeat carries (`tidesync.ship.sync_states`)."""
 
 
 class Subsystem(enum.StrEnum):
@@ -145,13 +148,16 @@ def build_heartbeat(node_id: str, now: dt.datetime, health: Iterable[Health],
                     backlog: Iterable[pb.PartitionBacklog],
                     throughput: Iterable[pb.ThroughputSample],
                     config_version: str = "",
-                    rules: Iterable[pb.RuleActivation] = ()) -> pb.Heartbeat:
+                    rules: Iterable[pb.RuleActivation] = (),
+                    sync_states: Iterable[pb.SyncState] = ()) -> pb.Heartbeat:
     """`config_version` is the config the ship applied; `rules` one activation per rule the
-    shore offers it (versions, validation and problems: names only, never values)."""
+    shore offers it (versions, validation and problems: names only, never values);
+    `sync_states` the snapshot and catch-up state per rule and table."""
     message = pb.Heartbeat(protocol_version=codec.PROTOCOL_VERSION, node_id=node_id,
                            client_version=CLIENT_VERSION, sent_at_micros=_micros(now),
                            active_config_version=config_version)
     message.rules.extend(rules)
+    message.sync_states.extend(sync_states)
     for item in health:
         message.health.add(subsystem=pb.Subsystem.Value(item.subsystem),
                            state=pb.HealthState.Value(item.state), reason_code=item.reason_code,

@@ -109,6 +109,16 @@ class RuleValidation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RULE_VALID: _ClassVar[RuleValidation]
     RULE_FAILED: _ClassVar[RuleValidation]
 
+class SyncPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SYNC_PHASE_UNSPECIFIED: _ClassVar[SyncPhase]
+    SYNC_NONE: _ClassVar[SyncPhase]
+    SYNC_QUEUED: _ClassVar[SyncPhase]
+    SYNC_SNAPSHOTTING: _ClassVar[SyncPhase]
+    SYNC_CATCHING_UP: _ClassVar[SyncPhase]
+    SYNC_IN_SYNC: _ClassVar[SyncPhase]
+    SYNC_FAILED: _ClassVar[SyncPhase]
+
 class RuleStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RULE_STATUS_UNSPECIFIED: _ClassVar[RuleStatus]
@@ -185,6 +195,13 @@ DOWNLINK: Direction
 RULE_VALIDATION_UNSPECIFIED: RuleValidation
 RULE_VALID: RuleValidation
 RULE_FAILED: RuleValidation
+SYNC_PHASE_UNSPECIFIED: SyncPhase
+SYNC_NONE: SyncPhase
+SYNC_QUEUED: SyncPhase
+SYNC_SNAPSHOTTING: SyncPhase
+SYNC_CATCHING_UP: SyncPhase
+SYNC_IN_SYNC: SyncPhase
+SYNC_FAILED: SyncPhase
 RULE_STATUS_UNSPECIFIED: RuleStatus
 DRAFT: RuleStatus
 VALIDATED: RuleStatus
@@ -783,7 +800,7 @@ class ThroughputSample(_message.Message):
     def __init__(self, direction: _Optional[_Union[Direction, str]] = ..., window_start_micros: _Optional[int] = ..., window_seconds: _Optional[int] = ..., payload_bytes_confirmed: _Optional[int] = ..., physical_bytes: _Optional[int] = ..., active_transfer_seconds: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version", "rules")
+    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version", "rules", "sync_states")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -793,6 +810,7 @@ class Heartbeat(_message.Message):
     THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
+    SYNC_STATES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: str
     node_id: str
     client_version: str
@@ -802,7 +820,8 @@ class Heartbeat(_message.Message):
     throughput: _containers.RepeatedCompositeFieldContainer[ThroughputSample]
     active_config_version: str
     rules: _containers.RepeatedCompositeFieldContainer[RuleActivation]
-    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleActivation, _Mapping]]] = ...) -> None: ...
+    sync_states: _containers.RepeatedCompositeFieldContainer[SyncState]
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleActivation, _Mapping]]] = ..., sync_states: _Optional[_Iterable[_Union[SyncState, _Mapping]]] = ...) -> None: ...
 
 class RuleActivation(_message.Message):
     __slots__ = ("rule_id", "active_version", "candidate_version", "validation", "problems", "activated_at_micros")
@@ -819,6 +838,30 @@ class RuleActivation(_message.Message):
     problems: _containers.RepeatedScalarFieldContainer[str]
     activated_at_micros: int
     def __init__(self, rule_id: _Optional[str] = ..., active_version: _Optional[int] = ..., candidate_version: _Optional[int] = ..., validation: _Optional[_Union[RuleValidation, str]] = ..., problems: _Optional[_Iterable[str]] = ..., activated_at_micros: _Optional[int] = ...) -> None: ...
+
+class SyncState(_message.Message):
+    __slots__ = ("rule_id", "rule_version", "table", "phase", "snapshot_id", "rows_sent", "rows_total", "started_at_micros", "finished_at_micros", "lag_records")
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
+    RULE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_SENT_FIELD_NUMBER: _ClassVar[int]
+    ROWS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_MICROS_FIELD_NUMBER: _ClassVar[int]
+    LAG_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    rule_id: str
+    rule_version: int
+    table: str
+    phase: SyncPhase
+    snapshot_id: int
+    rows_sent: int
+    rows_total: int
+    started_at_micros: int
+    finished_at_micros: int
+    lag_records: int
+    def __init__(self, rule_id: _Optional[str] = ..., rule_version: _Optional[int] = ..., table: _Optional[str] = ..., phase: _Optional[_Union[SyncPhase, str]] = ..., snapshot_id: _Optional[int] = ..., rows_sent: _Optional[int] = ..., rows_total: _Optional[int] = ..., started_at_micros: _Optional[int] = ..., finished_at_micros: _Optional[int] = ..., lag_records: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("server_time_micros", "next_interval_seconds", "config_version")
