@@ -10,6 +10,10 @@ upload payload (compressed batch bytes answered RECEIVED, or recalled by batch i
 answer) while the backlog lasts, bytes sent up and acknowledgement bytes down per payload byte,
 and how long after each outage ended the first upload request (a batch, or the question what
 became of one cut off by the outage) got its answer: when the ship was using the link again.
+Bytes sent up are split into those that reached the shore (payload, HTTP framing and anything
+sent twice) and those on the link when a reset or an outage cut the connection (lost by any
+sender: the link's latency and retransmission stalls hold them). When the run ends, no new
+upload starts and those on their way finish, so their bytes count on both sides.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ from tidesync.migrations import migrate_postgres
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.shore_answers import batch_answers
 from tidesync.ship.state import ReceiveOutcome
-from tidesync.ship.transport import HttpShoreLink
+from tidesync.ship.transport import HttpShoreLink, LinkDown, LinkReason
 from tidesync.wire import sync_pb2 as pb
 
 RATE = 128 * 1024
@@ -66,6 +70,8 @@ QUICK = {"seconds": 12.0, "every": 12.0, "outage": 3.0, "small": 5_000, "large":
 SMALL_TEXT = 48  # characters of base64 text: about 70 B per event on the wire
 LARGE_TEXT = 4000  # about 3 KB per event on the wire
 RAW_CHUNK = 256 * 1024
+SETTLE_SECONDS = 30.0
+"""At the end of a run, how long the uploads on their way get to finish."""
 DATABASE = "bench"
 TABLE = TableDefinition(DATABASE, "items", (
     ColumnDefinition.parse("id", "bigint", nullable=False),
@@ -109,6 +115,8 @@ def run(report: Report, quick: bool = False) -> None:
         report.add("raw bulk HTTP POST through the link (256 KiB bodies)", raw / 1024, "KiB/s")
         report.add("…its link bytes up per byte accepted", raw_stats.up_bytes / max(
             1, raw_stats.up_delivered), "")
+        report.add("…its bytes on the link when a reset cut it, per byte accepted",
+                   raw_stats.up_cut / max(1, raw_stats.up_delivered), "")
         with tempfile.TemporaryDirectory(prefix="tidesync-bench-shore-") as workdir, \
                 shore_server(database, Path(workdir)) as shore_url:
             ratios = []
@@ -135,6 +143,9 @@ def _describe(report: Report, name: str, phase: Phase, raw: float) -> None:
     report.add(f"{name}: goodput while a backlog exists", phase.goodput / 1024, "KiB/s")
     report.add(f"{name}: goodput ÷ raw", phase.goodput / raw, "")
     report.add(f"{name}: bytes sent up ÷ payload accepted", phase.stats.up_bytes / accepted, "")
+    report.add(f"{name}: …of which reached the shore", phase.stats.up_delivered / accepted, "")
+    report.add(f"{name}: …of which were on the link when a reset cut it",
+               phase.stats.up_cut / accepted, "")
     report.add(f"{name}: acknowledgement bytes down ÷ payload up",
                phase.stats.down_bytes / accepted, "")
     report.add(f"{name}: connections / resets", f"{phase.stats.connections} /"
@@ -209,24 +220,54 @@ class CountingLink:
         self.first_upload: float | None = None
         self.fates = 0
         self._unanswered: dict[uuid.UUID, OutgoingBatch] = {}
+        self._closed = False
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """The run is over: no new upload starts (the ship sees the link down), and those on
+        their way finish, so what they sent is weighed against what they got accepted."""
+        self._closed = True
+
+    def settled(self) -> bool:
+        with self._lock:
+            return self._in_flight == 0
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
-        if self.first_upload is None:
-            self.first_upload = time.monotonic()
-        self._unanswered[batch.batch_id] = batch
-        response = self.inner.upload(batch)
-        self.answered.append(time.monotonic())
-        self._count(batch, response)
-        return response
+        self._enter()
+        try:
+            if self.first_upload is None:
+                self.first_upload = time.monotonic()
+            self._unanswered[batch.batch_id] = batch
+            response = self.inner.upload(batch)
+            self.answered.append(time.monotonic())
+            self._count(batch, response)
+            return response
+        finally:
+            self._leave()
 
     def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
-        self.fates += 1
-        response = self.inner.batch_fate(batch_id)
-        self.answered.append(time.monotonic())
-        batch = self._unanswered.get(batch_id)
-        if response is not None and batch is not None:
-            self._count(batch, response)
-        return response
+        self._enter()
+        try:
+            self.fates += 1
+            response = self.inner.batch_fate(batch_id)
+            self.answered.append(time.monotonic())
+            batch = self._unanswered.get(batch_id)
+            if response is not None and batch is not None:
+                self._count(batch, response)
+            return response
+        finally:
+            self._leave()
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise LinkDown(LinkReason.NETWORK_ERROR, "the benchmark run is over")
+            self._in_flight += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
 
     def _count(self, batch: OutgoingBatch, response: pb.UploadBatchResponse) -> None:
         self._unanswered.pop(batch.batch_id, None)
@@ -294,20 +335,27 @@ def upload_phase(config: Config, shore_url: str, broker: TansuBroker, name: str,
                    and sum(a[2] for a in counting.accepted) < rows):
                 time.sleep(0.1)
         finally:
+            ended = min(time.monotonic(), deadline)
+            counting.close()
+            settle = time.monotonic() + SETTLE_SECONDS
+            while not counting.settled() and time.monotonic() < settle:
+                time.sleep(0.1)
             stop.set()
             thread.join(120)
         stats = link.stats
-        ended = min(time.monotonic(), deadline)
         outages = [end for _, end in link.outage_windows(ended) if end < ended]
-    accepted = list(counting.accepted)
+    # Goodput counts what was accepted within the run; the bytes ratio also counts what the
+    # uploads still on their way at its end got accepted, as they sent their bytes within it.
+    everything = list(counting.accepted)
+    accepted = [a for a in everything if a[0] <= ended]
     start = counting.first_upload or link.started
     drained = accepted[-1][0] if accepted and sum(a[2] for a in accepted) >= rows else ended
     payload = sum(a[1] for a in accepted)
     answered = list(counting.answered)
     recoveries = [min(t for t in answered if t >= end) - end for end in outages
                   if any(t >= end for t in answered)]
-    return Phase(payload / max(1e-9, drained - start), payload, sum(a[2] for a in accepted),
-                 stats, recoveries)
+    return Phase(payload / max(1e-9, drained - start), sum(a[1] for a in everything),
+                 sum(a[2] for a in everything), stats, recoveries)
 
 
 # ----------------------------------------------------------------------------- the baseline

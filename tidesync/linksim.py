@@ -221,6 +221,7 @@ class LinkStats:
     down_bytes: int = 0  # read from the target (towards the client)
     up_delivered: int = 0
     down_delivered: int = 0
+    up_cut: int = 0  # read from the client, never delivered: on the link when a reset cut it
     connections: int = 0
     refused: int = 0
     resets: int = 0
@@ -246,6 +247,7 @@ class _Connection:
         plan = ResetPlan.draw(profile, connection_rng(profile.seed, number, "resets"))
         self.reset_at, self.reset_after_bytes = now + plan.seconds, plan.bytes
         self.relayed = 0
+        self.up_pending = 0  # read from the client, not yet delivered
         self.tasks: list[asyncio.Task[None]] = []
 
     async def run(self) -> None:
@@ -275,6 +277,8 @@ class _Connection:
                 await queue.put((channel.end(now), b""))
                 return
             self.proxy.stats_add(direction, len(data), delivered=False)
+            if direction == "up":
+                self.up_pending += len(data)
             self.relayed += len(data)
             if self.relayed >= self.reset_after_bytes:
                 self.reset()
@@ -294,6 +298,8 @@ class _Connection:
                     sink.write_eof()
                 return
             self.proxy.stats_add(direction, len(piece), delivered=True)
+            if direction == "up":
+                self.up_pending -= len(piece)
             sink.write(piece)
             await sink.drain()
 
@@ -303,6 +309,8 @@ class _Connection:
             return
         self.proxy.connections.discard(self)
         self.proxy.stats.resets += 1
+        self.proxy.stats.up_cut += self.up_pending
+        self.up_pending = 0
         for _, writer in (self.client, self.target):
             abort(writer)
         for task in self.tasks:
