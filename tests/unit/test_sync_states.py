@@ -9,6 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.clocks import ManualClock
+from tidesync.bootstrap.sync_states import (
+    MAX_SYNC_STATES,
+    ActiveRule,
+    SnapshotSyncStates,
+    sync_states,
+)
 from tidesync.capture.snapshot_store import SnapshotStore
 from tidesync.domain.rules.sync_rule import Direction, Selector, SyncRule
 from tidesync.ingress.sync_states import (
@@ -18,12 +24,6 @@ from tidesync.ingress.sync_states import (
     checked_sync_states,
 )
 from tidesync.ship.state.watermarks import Watermark
-from tidesync.ship.sync_states import (
-    MAX_SYNC_STATES,
-    ActiveRule,
-    SnapshotSyncStates,
-    sync_states,
-)
 from tidesync.ship.telemetry import build_heartbeat
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb

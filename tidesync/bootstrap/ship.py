@@ -10,6 +10,7 @@ import ssl
 from pathlib import Path
 
 from tidesync.bootstrap.capture import topic_prefix
+from tidesync.bootstrap.sync_states import SnapshotSyncStates
 from tidesync.capture.settings import CaptureSource, other_side_topics, sample_topic
 from tidesync.capture.snapshot_activation import ActivationSnapshots
 from tidesync.cdc.column_types import InMemoryColumnTypes
@@ -30,7 +31,6 @@ from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
 from tidesync.ship.rules import Activated, MaskKeyFile, SchemaSource, ShipRules
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.rules import SQLiteRules
-from tidesync.ship.sync_states import SnapshotSyncStates
 from tidesync.ship.transport import HttpShoreLink, ShoreLink, tls_context
 from tidesync.target.contract import TargetApplier
 from tidesync.target.mysql import MySQLTargetApplier

@@ -17,14 +17,13 @@ from tidesync.bootstrap.reconcile import reconcile_link
 from tidesync.bootstrap.rules import open_rule_releases
 from tidesync.config import Config, load_config
 from tidesync.domain.errors import TidesyncError
+from tidesync.domain.rules.sync_rule import SyncRule
 from tidesync.domain.table_names import bad_table_names
 from tidesync.entrypoints.operator import actor_of, add_audit_arguments
 from tidesync.shore.reconcile_link import ExchangeRow, ReconcileLink, ReconcileState, Subject
 from tidesync.shore.reconcile_repair import repair, rule_subject, table_subject
 
 if TYPE_CHECKING:
-    from tidesync.domain.rules.sync_rule import SyncRule
-
     Commands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 _POLL_SECONDS = 1.0

@@ -122,7 +122,7 @@ class ShipClient:
         self._queue_down: str | None = None
         self._blocked_dirty = True
         self.downlink: Downlink | None = None
-        self.sync_states: SyncStates = tuple  # set by the bootstrap (`tidesync.ship.sync_states`)
+        self.sync_states: SyncStates = tuple  # set by `tidesync.bootstrap.sync_states`
         # Receipts, heartbeats and config travel beside the uploads on a remote link.
         self.side = SideRequests(threaded=bool(getattr(link, "remote", False)))
 

@@ -23,7 +23,7 @@ DISK_DEGRADED_FREE = 0.10
 DISK_BLOCKED_FREE = 0.05
 
 SyncStates = Callable[[], Iterable[pb.SyncState]]
-"""The snapshot and catch-up states a heartbeat carries (`tidesync.ship.sync_states`)."""
+"""The snapshot and catch-up states a heartbeat carries (`tidesync.bootstrap.sync_states`)."""
 
 
 class Subsystem(enum.StrEnum):
