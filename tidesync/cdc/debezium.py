@@ -51,8 +51,8 @@ from tidesync.domain.change_event import (
     Operation,
     RecordKey,
     Revision,
-    SourceCoordinates,
-    event_id_for,
+    captured_event,
+    event_id_of,
     tombstone_revision,
 )
 from tidesync.domain.values import Value, canonical_text
@@ -192,12 +192,11 @@ class DebeziumNormalizer:
             operation = Operation.SNAPSHOT  # legacy v1 and ReadToInsertEvent: snapshot as c
         before, after = self._images(schema, payload, operation, database, table)
         key = self._record_key(record, schema, database, table, before, after, key_columns)
-        coordinates = SourceCoordinates(
-            self.settings.origin_node_id, self.settings.replay_epoch, record.topic,
-            record.partition, record.offset,
-        )
+        settings = self.settings
         try:
-            event_id = event_id_for(coordinates, key, operation)
+            # The coordinates were checked above (the node and epoch by the settings).
+            event_id = event_id_of(settings.origin_node_id, settings.replay_epoch, record.topic,
+                                   record.partition, record.offset, key, operation)
         except UnicodeEncodeError:
             raise Blocked(BlockReason.UNSUPPORTED_TYPE,
                           "the key holds a lone surrogate, which is not valid Unicode") from None
@@ -208,17 +207,16 @@ class DebeziumNormalizer:
         details.update(self._key_change(record, operation, schema, database, table))
         if (FOREIGN_KEY_CHECKS_HEADER, b"0") in record.headers:
             details["fk_checks"] = False
-        return ChangeEvent(
-            event_id=event_id, origin_node_id=self.settings.origin_node_id,
-            source_connector_id=self.settings.source_connector_id, source_topic=record.topic,
-            source_partition=record.partition, source_position=record.offset, record=key,
-            operation=operation, captured_at=captured_at_of(payload, source),
-            # The images and details are new dicts of this record: frozen without a copy.
-            before=None if before is None else MappingProxyType(before),
-            after=None if after is None else MappingProxyType(after),
-            base_revision=base_revision, result_revision=result_revision,
-            transaction_id=transaction_id, transaction_order=transaction_order,
-            replay_epoch=self.settings.replay_epoch, source_details=MappingProxyType(details),
+        # What the constructor would check holds: `_images` matched the images to the
+        # operation, the capture time is UTC, and the images and details are new dicts of this
+        # record, frozen without a copy.
+        return captured_event(
+            event_id, settings.origin_node_id, settings.source_connector_id, record.topic,
+            record.partition, record.offset, key, operation, captured_at_of(payload, source),
+            None if before is None else MappingProxyType(before),
+            None if after is None else MappingProxyType(after),
+            base_revision, result_revision, transaction_id, transaction_order,
+            settings.replay_epoch, MappingProxyType(details),
         )
 
     def _images(self, schema: EnvelopeSchema | None, payload: dict[str, Any],

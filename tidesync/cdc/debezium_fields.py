@@ -137,8 +137,15 @@ def _whole_number(raw: Any) -> int | None:
     return None
 
 
+_MAX_MILLIS = (dt.datetime.max.replace(tzinfo=dt.UTC) - EPOCH) // dt.timedelta(milliseconds=1)
+"""Milliseconds after the epoch that still make a datetime."""
+
+
 def captured_at_of(payload: Mapping[str, Any], source: Mapping[str, Any]) -> dt.datetime:
     """Connector processing time (ts_ms), else the source's event time; 0 means unknown."""
+    processed = payload.get("ts_ms")
+    if type(processed) is int and 0 < processed < _MAX_MILLIS:  # what connectors write
+        return EPOCH + dt.timedelta(milliseconds=processed)
     for raw, unit in ((payload.get("ts_ms"), 1000), (source.get("ts_ms"), 1000),
                       (source.get("ts_sec"), 1_000_000)):
         number = _whole_number(raw)
@@ -170,14 +177,18 @@ def transaction_of(raw: Any) -> tuple[str | None, int | None, int | None]:
 def source_details(source: Mapping[str, Any], snapshot: str | None, timestamp_ms: int | None,
                    table_order: int | None) -> dict[str, Value]:
     """Diagnostics of where the change came from. Never source.query: it holds row values."""
-    details: dict[str, Value] = {
-        label: source[name] for name, label in _SOURCE_DETAILS
-        if type(source.get(name)) in (str, int)
-    }
-    for label, value in (("snapshot", snapshot), ("kafka_timestamp_ms", timestamp_ms),
-                         ("transaction_data_collection_order", table_order)):
-        if value is not None:
+    details: dict[str, Value] = {}
+    get = source.get
+    for name, label in _SOURCE_DETAILS:
+        value = get(name)
+        if type(value) is str or type(value) is int:
             details[label] = value
+    if snapshot is not None:
+        details["snapshot"] = snapshot
+    if timestamp_ms is not None:
+        details["kafka_timestamp_ms"] = timestamp_ms
+    if table_order is not None:
+        details["transaction_data_collection_order"] = table_order
     return details
 
 

@@ -9,8 +9,9 @@ import datetime as dt
 import enum
 import functools
 import hashlib
+import operator
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -139,16 +140,39 @@ def event_id_for(source: SourceCoordinates, key: RecordKey, operation: Operation
 
     Each part is length-prefixed so that no two different coordinate tuples share a name.
     """
-    parts = [
-        source.origin_node_id, str(source.replay_epoch), source.topic, str(source.partition),
-        str(source.offset), key.database, key.schema or "", key.table, key.key_text(),
-        operation.value,
-    ]
-    name = "".join(f"{len(part)}:{part};" for part in parts)
+    return event_id_of(source.origin_node_id, source.replay_epoch, source.topic,
+                       source.partition, source.offset, key, operation)
+
+
+def event_id_of(origin_node_id: str, replay_epoch: int, topic: str, partition: int, offset: int,
+                key: RecordKey, operation: Operation) -> uuid.UUID:
+    """`event_id_for` of coordinates already checked as `SourceCoordinates` checks them."""
+    position, key_text = str(offset), key.key_text()
+    # The parts shared by a partition's records and by a table's rows are written once.
+    name = (f"{_stream_parts(origin_node_id, replay_epoch, topic, partition)}"
+            f"{len(position)}:{position};{_table_parts(key.database, key.schema, key.table)}"
+            f"{len(key_text)}:{key_text};{_OPERATION_PARTS[operation]}")
     return uuid5(_EVENT_ID_NAMESPACE_BYTES, name)
 
 
+def _parts(*parts: str) -> str:
+    """The length-prefixed parts of an event id's name."""
+    return "".join(f"{len(part)}:{part};" for part in parts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stream_parts(origin_node_id: str, replay_epoch: int, topic: str, partition: int) -> str:
+    return _parts(origin_node_id, str(replay_epoch), topic, str(partition))
+
+
+@functools.lru_cache(maxsize=4096)
+def _table_parts(database: str, schema: str | None, table: str) -> str:
+    return _parts(database, schema or "", table)
+
+
 _EVENT_ID_NAMESPACE_BYTES = EVENT_ID_NAMESPACE.bytes
+_TOMBSTONE_NAMESPACE_BYTES = TOMBSTONE_NAMESPACE.bytes
+_OPERATION_PARTS = {operation: _parts(operation.value) for operation in Operation}
 _UUID5_BITS = 0x8000 << 48 | 5 << 76  # RFC 4122 variant, version 5
 _UUID5_CLEARED = ~(0xC000 << 48 | 0xF000 << 64)
 
@@ -157,12 +181,22 @@ def uuid5(namespace: bytes, name: str) -> uuid.UUID:
     """`uuid.uuid5` of the namespace with these bytes: the same UUID, built from its integer
     (UUID(bytes=…, version=…) costs more than the hash; this runs twice for every event)."""
     digest = hashlib.sha1(namespace + name.encode("utf-8"), usedforsecurity=False).digest()
-    return uuid.UUID(int=int.from_bytes(digest[:16], "big") & _UUID5_CLEARED | _UUID5_BITS)
+    # What UUID(int=…) makes, without its argument checks (16 bytes always fit): a third of
+    # the cost.
+    made = _new_object(uuid.UUID)
+    _SET_UUID_INT(made, int.from_bytes(digest[:16], "big") & _UUID5_CLEARED | _UUID5_BITS)
+    _SET_UUID_SAFE(made, uuid.SafeUUID.unknown)
+    return made
+
+
+_new_object = object.__new__
+_SET_UUID_INT = vars(uuid.UUID)["int"].__set__
+_SET_UUID_SAFE = vars(uuid.UUID)["is_safe"].__set__
 
 
 def tombstone_revision(event_id: uuid.UUID) -> Revision:
     """The deterministic result revision of a DELETE (§5.1): derived from its event id."""
-    return Revision(uuid.uuid5(TOMBSTONE_NAMESPACE, str(event_id)).bytes)
+    return Revision(uuid5(_TOMBSTONE_NAMESPACE_BYTES, str(event_id)).bytes)
 
 
 def _check_major(schema_version: str) -> None:
@@ -231,9 +265,9 @@ class ChangeEvent:
         if source_sequence == self.source_sequence:
             return self
         copy = object.__new__(ChangeEvent)
-        for name in _EVENT_FIELDS:
-            object.__setattr__(copy, name, getattr(self, name))
-        object.__setattr__(copy, "source_sequence", source_sequence)
+        for setter, value in zip(_EVENT_SETTERS, _EVENT_VALUES(self), strict=True):
+            setter(copy, value)
+        _SET_SOURCE_SEQUENCE(copy, source_sequence)
         return copy
 
     @property
@@ -261,7 +295,14 @@ class ChangeEvent:
 
     def expected_event_id(self) -> uuid.UUID:
         """The id §7.4 gives this event's coordinates; equal to `event_id` when untampered."""
-        return event_id_for(self.coordinates, self.record, self.operation)
+        # The checks of `coordinates`, without building it: this runs for every event sent.
+        if not self.origin_node_id:
+            raise ValueError("origin_node_id is required")
+        if self.replay_epoch < 0 or self.source_partition < 0 or self.source_position < 0:
+            raise ValueError("replay_epoch, partition and offset must be >= 0")
+        return event_id_of(self.origin_node_id, self.replay_epoch, self.source_topic,
+                           self.source_partition, self.source_position, self.record,
+                           self.operation)
 
     def changed_columns(self) -> tuple[str, ...]:
         """Columns whose value differs between before and after (all after columns on insert)."""
@@ -276,6 +317,49 @@ class ChangeEvent:
 
 
 _EVENT_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
+_SlotSetter = Callable[[ChangeEvent, object], None]
+
+
+def _slot_setters(names: Iterable[str]) -> tuple[_SlotSetter, ...]:
+    """The setters of these slots' own descriptors: reading all fields in one call and setting
+    each slot directly costs a fraction of getattr and object.__setattr__ per field."""
+    return tuple(getattr(ChangeEvent, name).__set__ for name in names)
+
+
+_EVENT_SETTERS = _slot_setters(_EVENT_FIELDS)
+_EVENT_VALUES = operator.attrgetter(*_EVENT_FIELDS)
+_SET_SOURCE_SEQUENCE = _slot_setters(["source_sequence"])[0]
+_CAPTURED_FIELDS = (
+    "event_id", "origin_node_id", "source_connector_id", "source_topic", "source_partition",
+    "source_position", "record", "operation", "captured_at", "before", "after", "base_revision",
+    "result_revision", "transaction_id", "transaction_order", "replay_epoch", "source_details")
+_UNSET_FIELDS = (("source_sequence", None), ("rule_id", None), ("rule_version", None),
+                 ("business_occurred_at", None), ("trace_id", ""),
+                 ("schema_version", SCHEMA_VERSION))
+_CAPTURED_SETTERS = _slot_setters([*_CAPTURED_FIELDS, *(name for name, _ in _UNSET_FIELDS)])
+_UNSET_VALUES = tuple(value for _, value in _UNSET_FIELDS)
+
+
+def captured_event(
+    event_id: uuid.UUID, origin_node_id: str, source_connector_id: str, source_topic: str,
+    source_partition: int, source_position: int, record: RecordKey, operation: Operation,
+    captured_at: dt.datetime, before: Row | None, after: Row | None,
+    base_revision: Revision | None, result_revision: Revision | None,
+    transaction_id: str | None, transaction_order: int | None, replay_epoch: int,
+    source_details: Row,
+) -> ChangeEvent:
+    """A ChangeEvent as a capture normalizes it (no sequence, rule or trace yet), built without
+    the constructor's checks: the caller has made sure of what they check — the images its
+    operation needs, a UTC `captured_at`, and frozen rows (MappingProxyType) nobody else holds.
+    Equal to `ChangeEvent(...)` of the same arguments; it runs for every record consumed."""
+    event = object.__new__(ChangeEvent)
+    for setter, value in zip(_CAPTURED_SETTERS, (
+            event_id, origin_node_id, source_connector_id, source_topic, source_partition,
+            source_position, record, operation, captured_at, before, after, base_revision,
+            result_revision, transaction_id, transaction_order, replay_epoch, source_details,
+            *_UNSET_VALUES), strict=True):
+        setter(event, value)
+    return event
 
 
 def _same(a: Value, b: Value) -> bool:

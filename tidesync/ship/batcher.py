@@ -90,13 +90,23 @@ class SendWindow:
     def add(self, events: Iterable[ChangeEvent], sizes: dict[uuid.UUID, int] | None = None
             ) -> None:
         """Append events (in offset order per partition); an event already held is ignored."""
+        where, sizes = self._where, sizes or {}
+        # Each partition's key and events looked up once per call, not once per event.
+        found: dict[tuple[str, int], tuple[PartitionKey, OrderedDict[uuid.UUID, Pending]]] = {}
         for event in events:
-            if event.event_id in self._where:
+            event_id = event.event_id
+            if event_id in where:
                 continue
-            key = PartitionKey(event.source_topic, event.source_partition)
-            size = (sizes or {}).get(event.event_id) or 1024
-            self._partitions.setdefault(key, OrderedDict())[event.event_id] = Pending(event, size)
-            self._where[event.event_id] = key
+            coordinates = (event.source_topic, event.source_partition)
+            partition = found.get(coordinates)
+            if partition is None:
+                key = PartitionKey(*coordinates)
+                partition = found[coordinates] = (
+                    key, self._partitions.setdefault(key, OrderedDict()))
+            key, pending = partition
+            size = sizes.get(event_id) or 1024
+            pending[event_id] = Pending(event, size)
+            where[event_id] = key
             self.bytes += size
 
     def discard(self, event_ids: Iterable[uuid.UUID]) -> None:

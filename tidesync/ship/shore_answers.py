@@ -6,6 +6,7 @@ gives events the shore can never take.
 from __future__ import annotations
 
 import enum
+import functools
 import uuid
 from collections.abc import Sequence
 
@@ -36,10 +37,16 @@ def encodable(event: ChangeEvent) -> bool:
 def receive_answer(status: pb.EventReceiveStatus) -> ReceiveAnswer:
     """One event's upload status; an unknown status is retried."""
     outcome = _RECEIVE_OUTCOMES.get(status.status, ReceiveOutcome.RETRYABLE_FAILURE)
-    result = (pb.EventResultCode.Name(status.result.result)
+    result = (_result_name(status.result.result)
               if status.HasField("result") and status.result.result else None)
     return ReceiveAnswer(uuid.UUID(bytes=status.event_id), outcome, status.reason_code,
                          status.detail, result)
+
+
+@functools.lru_cache(maxsize=64)
+def _result_name(code: int) -> str:
+    """The name of a result code (raises ValueError for an unknown one, as `Name` does)."""
+    return pb.EventResultCode.Name(code)
 
 
 def terminal_results(page: pb.ReceiptsPage) -> list[TerminalResult]:

@@ -8,7 +8,7 @@ import datetime as dt
 import enum
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from tidesync.domain.change_event import (
@@ -119,10 +119,13 @@ def _add_to_table(table: _Table, event: ChangeEvent, before_values: BeforeValues
             same = len(before) == len(after) and all(
                 a[0] == b[0] for a, b in zip(before, after, strict=True))
             mode = pb.V2_BEFORE_AS_AFTER if same else pb.V2_BEFORE_OWN
+    columns = table.columns
     for name, _ in after:
-        table.column(name)
+        if name not in columns:
+            columns[name] = len(columns)
     for name, _ in before:
-        table.column(name)
+        if name not in columns:
+            columns[name] = len(columns)
     table.images.append((dict(after), before_image, mode))
     table.results.append(event.result_revision)
     table.bases.append(event.base_revision)
@@ -215,20 +218,26 @@ def _revisions(events: Sequence[ChangeEvent], out: pb.V2Events) -> None:
 
 def _details(events: Sequence[ChangeEvent], names: NameTable, out: pb.V2Events) -> None:
     columns: dict[str, int] = {}
+    # Events of one source share the names of their details, in one order: each order met
+    # is resolved to its columns and bitmap once.
+    layouts: dict[tuple[str, ...], tuple[int, list[int]]] = {}
+    laid_out: list[tuple[tuple[int, list[int]], Iterable[Value]]] = []
     for event in events:
-        for name in event.source_details:
-            columns.setdefault(name, len(columns))
+        details = event.source_details
+        order = tuple(details)
+        layout = layouts.get(order)
+        if layout is None:
+            numbers = [columns.setdefault(name, len(columns)) for name in order]
+            layout = layouts[order] = (sum(1 << number for number in numbers), numbers)
+        laid_out.append((layout, details.values()))
     if not columns:
         return
     values: list[list[Value]] = [[] for _ in columns]
     words = words_for(len(columns))
     bits: list[int] = []
-    for event in events:
-        mask = 0
-        for name, value in event.source_details.items():
-            column = columns[name]
-            mask |= 1 << column
-            values[column].append(value)
+    for (mask, numbers), event_values in laid_out:
+        for number, value in zip(numbers, event_values, strict=True):
+            values[number].append(value)
         bits += _words(mask, words)
     out.detail_refs.extend(names.ref(name) for name in columns)
     out.detail_bits.extend(bits)
@@ -279,12 +288,11 @@ def _table_to_wire(table: _Table, names: NameTable, out: pb.V2Table) -> None:
 
 def _mask(columns: dict[str, int], image: dict[str, Value], values: list[list[Value]],
           revisions: list[list[Revision | None]], revision: Revision | None) -> int:
-    """The image's bitmap; its values appended to their columns (in column order)."""
+    """The image's bitmap; its values appended to their columns (one per column)."""
     mask = 0
-    for name in image:
-        mask |= 1 << columns[name]
-    for column, name in enumerate(columns):
-        if mask >> column & 1:
-            values[column].append(image[name])
-            revisions[column].append(revision)
+    for name, value in image.items():
+        column = columns[name]
+        mask |= 1 << column
+        values[column].append(value)
+        revisions[column].append(revision)
     return mask

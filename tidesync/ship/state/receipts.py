@@ -8,12 +8,12 @@ it there): it replaces the result and reason, and the event stays terminal.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.domain.ship_intake import DONE, SENDABLE, EventState
@@ -66,9 +66,8 @@ class Progress:
     reverdicted: set[uuid.UUID] = field(default_factory=set)
 
 
-@dataclass(frozen=True, slots=True)
-class _EventRow:
-    """What an answer needs of an event's row."""
+class _EventRow(NamedTuple):
+    """What an answer needs of an event's row (a tuple: one is read for every answer)."""
 
     rowid: int
     key: PartitionKey
@@ -229,8 +228,8 @@ class SQLiteReceipts:
         progress.terminal.add(result.event_id)
         progress.terminal_bytes += row.size
         self._count_verdict(None, result.result)
-        return dataclasses.replace(row, state=EventState.TERMINAL.value, result=result.result,
-                                   reason=result.reason or None)
+        return row._replace(state=EventState.TERMINAL.value, result=result.result,
+                            reason=result.reason or None)
 
     def _reverdict(self, writes: OrderedWrites, result: TerminalResult, row: _EventRow,
                    progress: Progress, now: str) -> _EventRow:
@@ -242,7 +241,7 @@ class SQLiteReceipts:
         writes.add(_REVERDICT, (result.result, reason, now, row.rowid))
         progress.reverdicted.add(result.event_id)
         self._count_verdict(row.result, result.result)
-        return dataclasses.replace(row, result=result.result, reason=reason)
+        return row._replace(result=result.result, reason=reason)
 
     def _events_in(self, conn: sqlite3.Connection, ranges: OffsetRanges) -> list[uuid.UUID]:
         """This direction's events at the coordinates `ranges` names."""
@@ -260,5 +259,11 @@ class SQLiteReceipts:
                     event_ids: Sequence[uuid.UUID]) -> dict[bytes, _EventRow]:
         rows = look_up(conn, _ROWS_BY_ID, (event_id.bytes for event_id in event_ids),
                        (self.database.direction.value,))
-        return {row[0]: _EventRow(row[8], PartitionKey(row[1], row[2]), row[3], row[4], row[5],
-                                  row[6], row[7]) for row in rows}
+        keys: dict[tuple[str, int], PartitionKey] = {}  # one per partition, not per row
+        found: dict[bytes, _EventRow] = {}
+        for row in rows:
+            key = keys.get(row[1:3])
+            if key is None:
+                key = keys[row[1:3]] = PartitionKey(row[1], row[2])
+            found[row[0]] = _EventRow(row[8], key, *row[3:8])
+        return found
