@@ -76,3 +76,14 @@ def test_probing_a_shore_nobody_listens_for_fails_quickly() -> None:
                          probe_timeout=2.0)
     assert link.probe() is False
     assert link.counters.connections_opened == 0
+
+
+def test_the_log_line_says_a_wait_for_the_link_ends_when_it_answers() -> None:
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(3))
+    upload, config = recovery.schedule(Backoff()), recovery.schedule(Backoff())
+    for _ in range(12):
+        delay = upload.failed(0.0, link_down=True)
+    assert delay > 30.0  # the request's own backoff has grown past the probe's cap
+    assert upload.when(delay) == f"once the link answers, at the latest in {delay:.1f} s"
+    refused = config.failed(0.0, retry_after=120.0, link_down=True)  # the shore asked
+    assert config.when(refused) == f"in {refused:.1f} s"

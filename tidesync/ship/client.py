@@ -412,7 +412,8 @@ class ShipClient:
             return
         delay = schedule.failed(self.monotonic(), error.retry_after,
                                 link_down=link_is_down(error))
-        log.warning("%s request failed (%s); retry in %.1f s", what, error.reason, delay)
+        log.warning("%s request failed (%s); retry %s", what, error.reason,
+                    schedule.when(delay))
 
     # ------------------------------------------------------------------ commit
 

@@ -48,6 +48,13 @@ class RetrySchedule:
             self.recovery.lost(now)
         return delay
 
+    def when(self, delay: float) -> str:
+        """The next try, as a log line says it: a wait for the link ends when a probe gets
+        through, however long the backoff has grown."""
+        if self.waits_for_link and self.recovery is not None:
+            return f"once the link answers, at the latest in {delay:.1f} s"
+        return f"in {delay:.1f} s"
+
     def succeeded(self) -> None:
         """The request got through: this schedule restarts, and so does every schedule of the
         same link that waited only for the link to come back."""
