@@ -40,12 +40,15 @@ class Shore:
     clock: FakeClock
     ca: ThrowawayCA
     other_ca: ThrowawayCA
+    links: list[HttpShoreLink] = dataclasses.field(default_factory=list)
 
     def link(self, context_files: tuple[str, str, str] | None, *,
              secret: bytes | None = None, url: str | None = None) -> HttpShoreLink:
         context = tls_context(*context_files) if context_files is not None else None
-        return HttpShoreLink(url or self.url, self.node_id, secret or self.secret,
+        link = HttpShoreLink(url or self.url, self.node_id, secret or self.secret,
                              clock=self.clock, timeout=10.0, ssl_context=context)
+        self.links.append(link)
+        return link
 
 
 @pytest.fixture
@@ -62,7 +65,10 @@ def shore(database: PostgresDatabase, tmp_path: Path) -> Iterator[Shore]:
     ingress = build_ingress(config, clock=clock, monotonic=clock.monotonic)
     app = create_app(config, ingress=ingress)
     with BackgroundServer(app, tls=ServerTls.of(config.shore)) as running:
-        yield Shore(running.url, node_id, issued.secret, clock, ca, other_ca)
+        shore = Shore(running.url, node_id, issued.secret, clock, ca, other_ca)
+        yield shore
+        for link in shore.links:  # an open kept-alive connection holds the server's stop
+            link.close()
 
 
 def heartbeat(node_id: str) -> pb.Heartbeat:
