@@ -1,39 +1,79 @@
 """The one command-line entry point, `tidesync`, and its subcommands (one module per area,
-each with `register_commands(commands)`)."""
+each with `register_commands(commands)`).
+
+A command loads only its own area's module: `tidesync rules list` does not import the shore's
+server, the console's schema or the demo, which would triple its start-up time. `tidesync
+--help` (or a command it does not know) loads every area to list them all.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from tidesync.bootstrap.event_store import STORE_ERRORS, store_problem
 from tidesync.config import Config, ConfigError, load_config
-from tidesync.entrypoints import (
-    conflicts_cli,
-    console_cli,
-    nodes_cli,
-    projections_cli,
-    reconcile_cli,
-    replay_cli,
-    rules_cli,
-    ship_cli,
-    shore_cli,
-    snapshot_cli,
-    target_cli,
-)
-from tidesync.entrypoints.demo import main_entry
 from tidesync.entrypoints.inspect_cli import add_inspect_debezium_arguments
 
-COMMAND_MODULES = (shore_cli, conflicts_cli, nodes_cli, rules_cli, target_cli, reconcile_cli,
-                   replay_cli, snapshot_cli, ship_cli, projections_cli, console_cli)
-"""The modules that add subcommands, in the order `tidesync --help` lists them."""
+if TYPE_CHECKING:
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+COMMAND_MODULES = {
+    "tidesync.entrypoints.shore_cli": ("shore", "jobs"),
+    "tidesync.entrypoints.conflicts_cli": ("conflicts",),
+    "tidesync.entrypoints.nodes_cli": ("nodes",),
+    "tidesync.entrypoints.rules_cli": ("rules",),
+    "tidesync.entrypoints.target_cli": ("target",),
+    "tidesync.entrypoints.reconcile_cli": ("reconcile",),
+    "tidesync.entrypoints.replay_cli": ("replay",),
+    "tidesync.entrypoints.snapshot_cli": ("snapshot",),
+    "tidesync.entrypoints.ship_cli": ("ship",),
+    "tidesync.entrypoints.projections_cli": ("projections", "audit"),
+    "tidesync.entrypoints.console_cli": ("users", "console"),
+}
+"""The modules that add subcommands, in the order `tidesync --help` lists them, and the
+top-level commands each adds (a unit test holds this to what the modules register)."""
+DEMO_MODULE = "tidesync.entrypoints.demo"
 STORE_UNAVAILABLE = 75
 """Exit status when the event store cannot take a connection now (EX_TEMPFAIL: try again)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(name: str) -> ModuleType:
+    """The area module `name` (a key of COMMAND_MODULES), imported on first use."""
+    return importlib.import_module(name)
+
+
+def modules_for(argv: Sequence[str]) -> list[str]:
+    """The area modules the parser needs for `argv`: the command's own, or every one."""
+    command = _command_word(argv)
+    for name, commands in COMMAND_MODULES.items():
+        if command in commands:
+            return [name]
+    if command in ("demo", "config", "inspect"):
+        return []
+    return list(COMMAND_MODULES)
+
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The first word of `argv` that is not a global option or its value."""
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+        elif not word.startswith("--config="):
+            return None  # --help and the like: every command is listed
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with `argv`, only the areas that command needs (None: every area)."""
     parser = argparse.ArgumentParser(
         prog="tidesync", description="Keeps ship and shore MySQL databases in sync.",
     )
@@ -44,12 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_config(commands)
     _add_inspect(commands)
-    for module in COMMAND_MODULES:
-        module.register_commands(commands)
+    for name in (COMMAND_MODULES if argv is None else modules_for(argv)):
+        command_module(name).register_commands(commands)
     return parser
 
 
-def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_demo(commands: _Commands) -> None:
     demo = commands.add_parser(
         "demo", help="run tidesync both ways on its embedded default (private PostgreSQL,"
                 " SQLite business databases, local broker)",
@@ -68,7 +108,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(handler=_run_demo)
 
 
-def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_config(commands: _Commands) -> None:
     config = commands.add_parser("config", help="show or check the configuration")
     config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
     config_commands.required = True
@@ -78,7 +118,7 @@ def _add_config(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     check.set_defaults(handler=_run_config_check)
 
 
-def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_inspect(commands: _Commands) -> None:
     inspect = commands.add_parser("inspect", help="explain how tidesync reads an input")
     kinds = inspect.add_subparsers(dest="kind", metavar="KIND")
     kinds.required = True
@@ -106,12 +146,15 @@ def _run_config_check(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     """The embedded default: everything local, state under one data directory."""
     config = _load(args)
-    return main_entry(args, config)
+    demo = importlib.import_module(DEMO_MODULE)
+    result: int = demo.main_entry(args, config)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     try:
         result: int = args.handler(args)
     except ConfigError as error:
