@@ -157,10 +157,12 @@ class ClientRun:
 def run_client(config: ShipConfig, timeout: float | None) -> ClientRun:
     """Run a client with a null shore until it is idle (or `timeout`)."""
     from tidesync.bootstrap.ship import build_client
+    from tidesync.ship.heap import settle_startup_heap
     from tidesync.ship.transport import NullShoreLink
 
     link = NullShoreLink()
     client = build_client(config, link)
+    settle_startup_heap()  # as `tidesync ship run` does once the client is built
     try:
         cpu_start = time.process_time()
         with timed() as timing:

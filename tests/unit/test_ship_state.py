@@ -157,6 +157,25 @@ def test_a_reread_keeps_its_sequence_and_state(store: SQLiteShipState) -> None:
     assert store.state_counts() == {"TERMINAL": 1, "RECEIVED": 1, "READY": 2}
 
 
+def test_terminal_upload_answers_move_each_event_once(store: SQLiteShipState) -> None:
+    ids = [e.event_id for e in store.record([event_record(o, o) for o in range(5)], 0).sendable]
+    rejected_before = store.receipts.shore_rejections()
+    store.apply_answers([ReceiveAnswer(ids[0], ReceiveOutcome.RECEIVED, result="APPLIED")])
+    progress = store.apply_answers([
+        ReceiveAnswer(ids[0], ReceiveOutcome.RECEIVED, result="CONFLICT_RECORDED"),  # final
+        ReceiveAnswer(ids[1], ReceiveOutcome.RECEIVED, result="APPLIED"),
+        ReceiveAnswer(ids[2], ReceiveOutcome.RECEIVED, result="REJECTED", reason="BAD_ROW"),
+        ReceiveAnswer(ids[3], ReceiveOutcome.RETRYABLE_FAILURE, reason="BUSY"),
+        ReceiveAnswer(uuid.uuid4(), ReceiveOutcome.RECEIVED, result="APPLIED"),
+    ])
+    assert progress.terminal == {ids[1], ids[2]} and progress.unknown == 1
+    assert progress.retry == {ids[3]} and progress.terminal_bytes == 200
+    assert store.receipts.shore_rejections() == rejected_before + 1
+    assert store.state_counts() == {"TERMINAL": 3, "RETRY_WAIT": 1, "READY": 1}
+    watermark = store.watermark(KEY)
+    assert watermark is not None and watermark.terminal_offset == 2
+
+
 def test_receipts_advance_the_terminal_watermark_and_the_cursor(store: SQLiteShipState) -> None:
     ids = [e.event_id for e in store.record([event_record(o, o) for o in range(4)], 0).sendable]
     store.apply_answers([ReceiveAnswer(i, ReceiveOutcome.RECEIVED) for i in ids])

@@ -17,6 +17,7 @@ from typing import Any
 from tidesync.bootstrap.reconcile import ship_reconciler
 from tidesync.bootstrap.ship import activation_snapshots, build_client
 from tidesync.config import Config, load_config
+from tidesync.ship.heap import settle_startup_heap
 from tidesync.ship.rules import rules_report
 from tidesync.ship.run_lock import StateInUse, exclusive
 from tidesync.ship.state import COMMANDS_CURSOR, SQLiteShipState, StateReason, StateStoreError
@@ -67,6 +68,7 @@ def _run_client(args: argparse.Namespace, config: Config) -> int:
         logging.getLogger(__name__).info(
             "shore commands are not applied: no [ship_target] configured (downlink off)")
     client.stop_on_signals()
+    settle_startup_heap()
     try:
         code = client.run(until_idle=args.until_idle, timeout=args.timeout)
     finally:

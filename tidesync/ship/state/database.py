@@ -65,15 +65,16 @@ LOOK_UP_CHUNK = 500
 
 
 def look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None],
-            leading: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-    """The rows of `select` (ending in `IN`, after `leading` parameters) for the distinct
-    non-null values wanted: one statement per chunk of values instead of one per value."""
+            leading: tuple[object, ...] = (), trailing: str = "") -> list[tuple[Any, ...]]:
+    """The rows of `select` (ending in `IN`, after `leading` parameters, followed by
+    `trailing`, e.g. an UPDATE's RETURNING clause) for the distinct non-null values wanted:
+    one statement per chunk of values instead of one per value."""
     values = sorted(set(filter(None, wanted)))
     rows: list[tuple[Any, ...]] = []
     for start in range(0, len(values), LOOK_UP_CHUNK):
         chunk = values[start:start + LOOK_UP_CHUNK]
         marks = ",".join("?" * len(chunk))
-        rows += conn.execute(f"{select} ({marks})", (*leading, *chunk)).fetchall()
+        rows += conn.execute(f"{select} ({marks}){trailing}", (*leading, *chunk)).fetchall()
     return rows
 
 
