@@ -105,6 +105,27 @@ def test_the_capture_store_holds_one_request_per_rule_version(tmp_path: Path) ->
     assert requests[0].reason == "rule crew@3 activated"
     shown = status_json(requests[0], None)
     assert (shown["rule"], shown["phase"]) == ("crew@3", "QUEUED")
+    assert (shown["started_at"], shown["finished_at"]) == (None, None)
+
+
+def test_snapshot_status_shows_when_a_snapshot_started_and_finished(tmp_path: Path) -> None:
+    position = tmp_path / "position.sqlite"
+    ActivationSnapshots(position, "sync.cdc.ship-1", chunk_rows=500)(
+        [rule(3, snapshot="on_activation")], NOW)
+    started, finished = NOW + dt.timedelta(minutes=1), NOW + dt.timedelta(minutes=7)
+    store = SnapshotStore(position)
+    try:
+        request_id = store.requests()[0].id
+        store.start(request_id, rows_total=800, chunks_total=2, now=started)
+        running = status_json(store.requests()[0], None)
+        store.chunk_done(request_id, 800, 800, {("sync.cdc.ship-1.ops.crew", 0): 41},
+                         finished, last=True)
+        done = status_json(store.requests()[0], None)
+    finally:
+        store.close()
+    assert (running["started_at"], running["finished_at"]) == (started.isoformat(), None)
+    assert (done["started_at"], done["finished_at"]) == (started.isoformat(),
+                                                         finished.isoformat())
 
 
 def test_a_position_file_from_before_rule_snapshots_gets_the_columns(tmp_path: Path) -> None:
