@@ -32,7 +32,7 @@ CAPTURE = "sync.cdc.ship"
 STATES = """query($node: String, $rule: String, $after: String) {
   ruleSyncStates(nodeId: $node, ruleId: $rule, first: 1, after: $after) {
     items { nodeId subject ruleId ruleVersion table phase snapshotId rowsSent rowsTotal
-            progress startedAt finishedAt lagRecords sentAt reportedAt }
+            progress startedAt finishedAt lagRecords sentAt reportedAt inSyncSince }
     pageInfo { endCursor hasNextPage } } }"""
 
 
@@ -127,6 +127,7 @@ def test_a_ship_heartbeat_carries_its_rule_sync_states_to_the_console(
         250, 250, 1.0, 6)
     assert dt.datetime.fromisoformat(crew["startedAt"]) == started
     assert dt.datetime.fromisoformat(crew["finishedAt"]) == started + dt.timedelta(seconds=3)
+    assert crew["inSyncSince"] is None  # still catching up
     assert [s["subject"] for s in states(world, role="operator", rule="crew-list")] == [
         "rule:crew-list"]
 
@@ -138,8 +139,30 @@ def test_a_ship_heartbeat_carries_its_rule_sync_states_to_the_console(
     newer.sync_states[0].phase = pb.SYNC_IN_SYNC
     newer.sync_states[0].lag_records = 0
     assert send_heartbeat(world, node_id, secret, newer).status_code == 200
+    shown = states(world, node=node_id)
     assert [(s["subject"], s["phase"], s["lagRecords"])
-            for s in states(world, node=node_id)] == [("rule:crew-list", "IN_SYNC", 0)]
+            for s in shown] == [("rule:crew-list", "IN_SYNC", 0)]
+    reached = dt.datetime.fromisoformat(shown[0]["inSyncSince"])
+    assert reached == dt.datetime.fromisoformat(shown[0]["sentAt"])
+
+    # Later heartbeats of the same snapshot, still IN_SYNC, keep the time it got there...
+    later = pb.Heartbeat()
+    later.CopyFrom(newer)
+    later.sent_at_micros += 60_000_000
+    assert send_heartbeat(world, node_id, secret, later).status_code == 200
+    (still,) = states(world, node=node_id)
+    assert dt.datetime.fromisoformat(still["inSyncSince"]) == reached
+    assert dt.datetime.fromisoformat(still["sentAt"]) == reached + dt.timedelta(minutes=1)
+    # ...a new snapshot (another rule version) starts over.
+    again = pb.Heartbeat()
+    again.CopyFrom(later)
+    again.sent_at_micros += 60_000_000
+    again.sync_states[0].rule_version = 4
+    again.sync_states[0].snapshot_id += 1
+    again.sync_states[0].phase = pb.SYNC_SNAPSHOTTING
+    assert send_heartbeat(world, node_id, secret, again).status_code == 200
+    (restarted,) = states(world, node=node_id)
+    assert (restarted["phase"], restarted["inSyncSince"]) == ("SNAPSHOTTING", None)
 
 
 def test_only_signed_in_users_read_sync_states(world: ConsoleWorld):

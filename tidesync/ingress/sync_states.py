@@ -28,14 +28,21 @@ _PHASES = {pb.SYNC_NONE: "NONE", pb.SYNC_QUEUED: "QUEUED", pb.SYNC_SNAPSHOTTING:
 _UPSERT = (
     "INSERT INTO rule_sync_state (node_id, subject, rule_id, rule_version, table_name, phase,"
     " snapshot_id, rows_sent, rows_total, started_at, finished_at, lag_records, sent_at,"
-    " reported_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    " reported_at, in_sync_since) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " %s, %s)"
     " ON CONFLICT (node_id, subject) DO UPDATE SET rule_id = EXCLUDED.rule_id,"
     " rule_version = EXCLUDED.rule_version, table_name = EXCLUDED.table_name,"
     " phase = EXCLUDED.phase, snapshot_id = EXCLUDED.snapshot_id,"
     " rows_sent = EXCLUDED.rows_sent, rows_total = EXCLUDED.rows_total,"
     " started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at,"
     " lag_records = EXCLUDED.lag_records, sent_at = EXCLUDED.sent_at,"
-    " reported_at = EXCLUDED.reported_at"
+    " reported_at = EXCLUDED.reported_at,"
+    # Still IN_SYNC on the same rule version and snapshot: it got there when it first said so.
+    " in_sync_since = CASE WHEN rule_sync_state.phase = 'IN_SYNC'"
+    " AND EXCLUDED.phase = 'IN_SYNC' AND rule_sync_state.rule_version = EXCLUDED.rule_version"
+    " AND rule_sync_state.snapshot_id IS NOT DISTINCT FROM EXCLUDED.snapshot_id"
+    " THEN COALESCE(rule_sync_state.in_sync_since, EXCLUDED.in_sync_since)"
+    " ELSE EXCLUDED.in_sync_since END"
 )
 _FORGET_UNREPORTED = (
     "DELETE FROM rule_sync_state WHERE node_id = %s AND NOT (subject = ANY(%s))"
@@ -131,7 +138,8 @@ def store_sync_states(conn: Connection, node_id: str, rows: Sequence[SyncStateRo
             cursor.executemany(_UPSERT, [
                 (node_id, row.subject, row.rule_id, row.rule_version, row.table, row.phase,
                  row.snapshot_id, row.rows_sent, row.rows_total, row.started_at,
-                 row.finished_at, row.lag_records, sent_at, now)
+                 row.finished_at, row.lag_records, sent_at, now,
+                 sent_at if row.phase == "IN_SYNC" else None)
                 for row in rows
             ])
     conn.execute(_FORGET_UNREPORTED, (node_id, [row.subject for row in rows]))

@@ -29,6 +29,7 @@ class SyncStateRow:
     lag_records: int
     sent_at: dt.datetime
     reported_at: dt.datetime
+    in_sync_since: dt.datetime | None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -44,7 +45,8 @@ class SyncStateFilter:
 
 _SYNC_STATES = (
     "SELECT node_id, subject, rule_id, rule_version, table_name, phase, snapshot_id,"
-    " rows_sent, rows_total, started_at, finished_at, lag_records, sent_at, reported_at"
+    " rows_sent, rows_total, started_at, finished_at, lag_records, sent_at, reported_at,"
+    " in_sync_since"
     " FROM rule_sync_state"
     " WHERE (%(node)s::text IS NULL OR node_id = %(node)s)"
     " AND (%(rule)s::text IS NULL OR rule_id = %(rule)s)"

@@ -48,6 +48,9 @@ class RuleSyncState:
                                                      "one without an answer from the shore.")
     sent_at: dt.datetime = strawberry.field(description="The heartbeat's time (node's clock).")
     reported_at: dt.datetime = strawberry.field(description="When the shore received it.")
+    in_sync_since: dt.datetime | None = strawberry.field(
+        description="While IN_SYNC: the time of the first heartbeat that reported this snapshot"
+                    " IN_SYNC (the node's clock); null in every other phase.")
 
     @classmethod
     def from_row(cls, row: SyncStateRow) -> RuleSyncState:
@@ -59,4 +62,4 @@ class RuleSyncState:
                    rows_sent=Long(row.rows_sent), rows_total=long_or_none(row.rows_total),
                    progress=progress, started_at=row.started_at, finished_at=row.finished_at,
                    lag_records=Long(row.lag_records), sent_at=row.sent_at,
-                   reported_at=row.reported_at)
+                   reported_at=row.reported_at, in_sync_since=row.in_sync_since)
