@@ -204,9 +204,10 @@ class DebeziumNormalizer:
             database, table, operation, before, after, event_id)
         transaction_id, transaction_order, table_order = transaction_of(payload.get("transaction"))
         details = source_details(source, snapshot, record.timestamp_ms, table_order)
-        details.update(self._key_change(record, operation, schema, database, table))
-        if (FOREIGN_KEY_CHECKS_HEADER, b"0") in record.headers:
-            details["fk_checks"] = False
+        if record.headers:
+            details.update(self._key_change(record, operation, schema, database, table))
+            if (FOREIGN_KEY_CHECKS_HEADER, b"0") in record.headers:
+                details["fk_checks"] = False
         # What the constructor would check holds: `_images` matched the images to the
         # operation, the capture time is UTC, and the images and details are new dicts of this
         # record, frozen without a copy.
@@ -234,15 +235,16 @@ class DebeziumNormalizer:
                           "after image" if raw_after is not None else
                           f"{operation} needs an after image")
         types = self._column_types(database, table)
-        images: list[dict[str, Value] | None] = []
-        for image, raw in (("before", raw_before), ("after", raw_after)):
-            if raw is None:
-                images.append(None)
-                continue
-            plan = (schema.plan(image, types) if schema is not None
-                    else self._payload_plan(database, table, types))
-            images.append(plan.decode(raw, image))
-        return images[0], images[1]
+        before = None if raw_before is None else self._image_plan(
+            schema, "before", database, table, types).decode(raw_before, "before")
+        after = None if raw_after is None else self._image_plan(
+            schema, "after", database, table, types).decode(raw_after, "after")
+        return before, after
+
+    def _image_plan(self, schema: EnvelopeSchema | None, image: str, database: str, table: str,
+                    types: Mapping[str, str] | None) -> RowPlan:
+        return (schema.plan(image, types) if schema is not None
+                else self._payload_plan(database, table, types))
 
     def _column_types(self, database: str, table: str) -> Mapping[str, str] | None:
         source = self.settings.column_types
@@ -284,8 +286,10 @@ class DebeziumNormalizer:
         columns = self._decode_key(payload, key_schema, schema, database, table,
                                    "after" if after is not None else "before")
         for image_name, image in (("before", before), ("after", after)):
+            if image is None:
+                continue
             for column, value in columns.items():
-                if image is not None and column in image and not same_value(image[column], value):
+                if column in image and not same_value(image[column], value):
                     raise Blocked(BlockReason.KEY_MISMATCH,
                                   f"key column {column!r} differs from the {image_name} image")
         return RecordKey(database, table, tuple(columns.items()))
@@ -303,9 +307,9 @@ class DebeziumNormalizer:
             raise Blocked(BlockReason.MISSING_PRIMARY_KEY, "the key has no columns")
         plan, unknown_reason = self._key_plan(key_schema, schema, database, table, image)
         columns = plan.decode(payload, "key", unknown_reason)
-        for column, value in columns.items():
-            if value is None:
-                raise Blocked(BlockReason.MISSING_PRIMARY_KEY, f"key column {column!r} is null")
+        if None in columns.values():  # no Value equals None but None itself
+            column = next(column for column, value in columns.items() if value is None)
+            raise Blocked(BlockReason.MISSING_PRIMARY_KEY, f"key column {column!r} is null")
         return columns
 
     def _revisions(self, database: str, table: str, operation: Operation,

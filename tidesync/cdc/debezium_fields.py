@@ -30,6 +30,7 @@ _SOURCE_DETAILS = (
     ("pos", "binlog_position"), ("row", "binlog_row"), ("thread", "thread"),
     ("ts_ms", "source_ts_ms"), ("ts_sec", "source_ts_sec"), ("sequence", "sequence"),
 )
+_DETAIL_TYPES = frozenset({str, int})
 _DEBEZIUM_MAJOR = re.compile(r"([0-9]+)\.")
 
 
@@ -75,7 +76,9 @@ def _canonical_uuid_bytes(text: str) -> bytes | None:
             text[23] != "-"):
         return None
     try:
-        value = bytes.fromhex(text[:8] + text[9:13] + text[14:18] + text[19:23] + text[24:])
+        # Sixteen bytes need all 32 other characters to be hex digits, so removing any other
+        # dash cannot turn a refused text into a revision.
+        value = bytes.fromhex(text.replace("-", ""))
     except ValueError:
         return None
     return value if len(value) == 16 else None
@@ -137,6 +140,7 @@ def _whole_number(raw: Any) -> int | None:
     return None
 
 
+_timedelta = dt.timedelta
 _MAX_MILLIS = (dt.datetime.max.replace(tzinfo=dt.UTC) - EPOCH) // dt.timedelta(milliseconds=1)
 """Milliseconds after the epoch that still make a datetime."""
 
@@ -145,7 +149,7 @@ def captured_at_of(payload: Mapping[str, Any], source: Mapping[str, Any]) -> dt.
     """Connector processing time (ts_ms), else the source's event time; 0 means unknown."""
     processed = payload.get("ts_ms")
     if type(processed) is int and 0 < processed < _MAX_MILLIS:  # what connectors write
-        return EPOCH + dt.timedelta(milliseconds=processed)
+        return EPOCH + _timedelta(0, 0, 0, processed)  # positional: keywords cost more
     for raw, unit in ((payload.get("ts_ms"), 1000), (source.get("ts_ms"), 1000),
                       (source.get("ts_sec"), 1_000_000)):
         number = _whole_number(raw)
@@ -181,7 +185,7 @@ def source_details(source: Mapping[str, Any], snapshot: str | None, timestamp_ms
     get = source.get
     for name, label in _SOURCE_DETAILS:
         value = get(name)
-        if type(value) is str or type(value) is int:
+        if type(value) in _DETAIL_TYPES:
             details[label] = value
     if snapshot is not None:
         details["snapshot"] = snapshot

@@ -50,9 +50,9 @@ class RowPlan:
         self.refused: dict[str, BadValue] = {}
         self.unknown_reason = unknown_reason
         self.described = described
-        # Column orders met (rows of one table, the key) → (column, type, decoder) per column:
-        # a row in a known order is decoded without per-column look-ups.
-        self._layouts: dict[tuple[str, ...], list[tuple[str, Any, Decoder]]] = {}
+        # Layouts met (column order, then each value's type) → (column, decoder) of the values
+        # to decode: a row in a known layout is decoded without per-column look-ups.
+        self._layouts: dict[tuple[Any, ...], list[tuple[str, Decoder]]] = {}
 
     def add(self, column: str, build: Callable[[], ColumnCodec]) -> None:
         self._layouts.clear()
@@ -69,16 +69,17 @@ class RowPlan:
                ) -> dict[str, Value]:
         if type(row) is not dict:
             raise Blocked(BlockReason.MALFORMED_ENVELOPE, f"{image} is not a JSON object")
-        columns = tuple(row)
-        specs = self._layouts.get(columns)
-        if specs is not None:
-            # Copied whole, then only the values not already of their Value type decoded:
-            # most columns of a row are taken as they are.
+        # The columns in their order, then the type of each value: whether a value is taken
+        # as is or decoded depends on nothing else, so a layout met before lists just the
+        # columns to decode (most of a row is taken as it is).
+        layout = (*row, *map(type, row.values()))
+        to_decode = self._layouts.get(layout)
+        if to_decode is not None:
+            # Copied whole, then only the values not already of their Value type decoded.
             fast = dict(row)
             try:
-                for (column, fast_type, decoder), raw in zip(specs, row.values(), strict=True):
-                    if type(raw) is not fast_type and raw is not None:
-                        fast[column] = decoder(raw)
+                for column, decoder in to_decode:
+                    fast[column] = decoder(row[column])
             except BadValue:
                 pass  # The loop below names the column.
             else:
@@ -90,8 +91,10 @@ class RowPlan:
         if not self.refused:
             if len(self._layouts) >= _MAX_LAYOUTS:
                 self._layouts.clear()
-            self._layouts[columns] = [(column, self.as_is.get(column), self.decoders[column])
-                                      for column in columns]
+            as_is, decoders = self.as_is, self.decoders
+            self._layouts[layout] = [
+                (column, decoders[column]) for column, raw in row.items()
+                if type(raw) is not as_is.get(column) and raw is not None]
         return decoded
 
     def _decode(self, row: dict[str, Any], image: str, unknown_reason: BlockReason | None
@@ -255,6 +258,7 @@ class SchemaCache(Generic[_Entry]):
         self.build = build
         self._entries: dict[str, _Entry | None] = {}
         self._by_bytes: dict[bytes, _Entry | None] = {}
+        # The head of the record met last (prefix, schema, separator) and its entry.
         self._last: tuple[bytes, _Entry | None] | None = None
         self._limit = limit
 
@@ -264,41 +268,39 @@ class SchemaCache(Generic[_Entry]):
         The same answer as `load` on the record's text, found faster where possible; `clean`
         says the fast parser read the payload, so it holds no lone surrogate. Anything the
         fast path cannot answer goes through `load`, and so fails exactly as it does."""
-        if data.startswith(_SCHEMA_PREFIX_BYTES):
-            cut, entry = self._same_as_last(data)
-            if cut < 0:
-                cut = data.find(_PAYLOAD_SEPARATOR_BYTES, len(_SCHEMA_PREFIX_BYTES))
-                entry = (self._by_bytes.get(data[len(_SCHEMA_PREFIX_BYTES):cut], _MISSING)
-                         if cut > 0 else _MISSING)
-                if entry is not _MISSING:
-                    self._last = (data[len(_SCHEMA_PREFIX_BYTES):cut], entry)
-            if cut > 0:
-                body = data[cut + len(_PAYLOAD_SEPARATOR_BYTES):].rstrip(_JSON_SPACE)
-                if entry is not _MISSING and body.endswith(b"}"):
-                    payload = fast_json(body[:-1])
-                    if payload is not NOT_FAST:
-                        return entry, payload, True
+        last = self._last
+        if last is not None and data.startswith(last[0]):
+            # The schema met last, compared in place: finding the separator and hashing the
+            # schema bytes cost more than the rest of a small record. The remembered head
+            # ends at its first separator (a schema holds none, and the separator cannot
+            # overlap itself), so it is where `find` would cut.
+            cut, entry = len(last[0]), last[1]
+        elif data.startswith(_SCHEMA_PREFIX_BYTES):
+            cut = data.find(_PAYLOAD_SEPARATOR_BYTES, len(_SCHEMA_PREFIX_BYTES))
+            entry = (self._by_bytes.get(data[len(_SCHEMA_PREFIX_BYTES):cut], _MISSING)
+                     if cut > 0 else _MISSING)
+            if entry is not _MISSING:
+                cut += len(_PAYLOAD_SEPARATOR_BYTES)
+                self._last = (data[:cut], entry)
         else:
             document = fast_json(data)
             if document is not NOT_FAST and not (
                     type(document) is dict and "schema" in document and "payload" in document):
                 return None, document, True
+            entry = _MISSING
+        if entry is not _MISSING:
+            payload = (fast_json(data[cut:-1]) if data.endswith(b"}")
+                       else self._fast_body(data[cut:]))
+            if payload is not NOT_FAST:
+                return entry, payload, True
         entry, payload = self.load(utf8_text(data, what), what)
         return entry, payload, False
 
-    def _same_as_last(self, data: bytes) -> tuple[int, Any]:
-        """(where the payload separator is, the entry) when `data` holds the schema met last,
-        else (-1, None). Compares in place: finding the separator and hashing the schema
-        bytes cost more than the rest of a small record. Equal to `find`: a remembered schema
-        holds no separator, and the separator cannot overlap itself."""
-        if self._last is None:
-            return -1, None
-        schema, entry = self._last
-        end = len(_SCHEMA_PREFIX_BYTES) + len(schema)
-        if data.startswith(schema, len(_SCHEMA_PREFIX_BYTES)) and data.startswith(
-                _PAYLOAD_SEPARATOR_BYTES, end):
-            return end, entry
-        return -1, None
+    @staticmethod
+    def _fast_body(body: bytes) -> Any:
+        """The payload of `body` (P} and perhaps JSON space) by the fast parser, or NOT_FAST."""
+        body = body.rstrip(_JSON_SPACE)
+        return fast_json(body[:-1]) if body.endswith(b"}") else NOT_FAST
 
     def _remember_bytes(self, schema_text: str, entry: _Entry | None) -> None:
         if len(self._by_bytes) >= self._limit:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import binascii
 import datetime as dt
+import decimal
 import enum
 import re
 from collections.abc import Callable, Mapping
@@ -35,6 +36,9 @@ _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _DAY_MICROS = 86_400_000_000
 _DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _MAX_SCALE = 1000
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+_SCALEB_MAX_BYTES = 1024
+"""Longer unscaled bytes keep the text path, whose integer text limit they may reach."""
 
 
 def _mismatch(expected: str, raw: object) -> BadValue:
@@ -107,7 +111,11 @@ def _unscaled_decimal(data: bytes, scale: int) -> Decimal:
     if not data:
         raise BadValue(BlockReason.UNSUPPORTED_TYPE, "empty DECIMAL bytes")
     unscaled = int.from_bytes(data, "big", signed=True)
-    # From text, so no context precision applies: DECIMAL(65,30) stays exact.
+    if len(data) <= _SCALEB_MAX_BYTES:
+        # Under a context that cannot round, DECIMAL(65,30) stays exact: the same Decimal as
+        # from the text below, for half its cost.
+        return Decimal(unscaled).scaleb(-scale, _EXACT)
+    # From text, so no context precision applies (and the integer's text limit holds).
     return Decimal(f"{unscaled}E{-scale}")
 
 

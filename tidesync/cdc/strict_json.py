@@ -43,12 +43,14 @@ def fast_json(data: bytes | str) -> Any:
 
     An accepted document is what the strict parser makes of the same text; the fast parser
     refuses lone surrogates, so an accepted document holds only valid Unicode."""
-    if isinstance(data, bytes):
-        brackets = data.count(b"{") + data.count(b"[")
-    else:
-        brackets = data.count("{") + data.count("[")
-    if brackets > _FAST_MAX_BRACKETS:
-        return NOT_FAST
+    # Shorter text cannot hold more brackets than that; counting costs a pass per bracket.
+    if len(data) > _FAST_MAX_BRACKETS:
+        if isinstance(data, bytes):
+            brackets = data.count(b"{") + data.count(b"[")
+        else:
+            brackets = data.count("{") + data.count("[")
+        if brackets > _FAST_MAX_BRACKETS:
+            return NOT_FAST
     try:
         return _FAST.decode(data)
     except _FAST_ERRORS:
