@@ -149,6 +149,30 @@ def test_revisions_are_derived_where_they_can_be() -> None:
         (second, tombstone_revision(deleted.event_id))]
 
 
+def test_revisions_chain_only_within_one_record() -> None:
+    # Keys equal in Python but not as canonical keys (1, True, "1", decimals of two exponents)
+    # are different records: a base equal to another record's result is sent explicitly.
+    revision = Revision(b"\x01" * 16)
+    keys: list[int | str | Decimal] = [1, True, "1", Decimal("1.0"), Decimal("1.00"), 1]
+    latitudes = ["51.1", "51.10", "51.1", "51.100", "51.10", "51.1"]
+    events = []
+    for offset, (key, latitude) in enumerate(zip(keys, latitudes, strict=True), start=1):
+        event = position(offset, latitude, base=revision, result=revision)
+        assert event.before is not None and event.after is not None
+        events.append(derived(dataclasses.replace(
+            event, record=RecordKey.of("vessel_ops", "vessel_state", {"id": key}),
+            before={**event.before, "id": key}, after={**event.after, "id": key})))
+    batch = codec.build_batch_v2(events, node_id=NODE, batch_id=uuid.UUID(int=1),
+                                 created_at=NOW, before_values=BeforeValues.ALL)
+    # Explicit: every result and every base but the last (key 1 again).
+    assert len(batch.events.revisions) == (6 + 5) * 16
+    decoded = decode(codec.compress_bytes(codec.serialize_batch(batch))).events
+    assert [(e.base_revision, e.result_revision) for e in decoded] == [(revision, revision)] * 6
+    assert [e.record.key_text() for e in decoded] == [e.record.key_text() for e in events]
+    # Decimals equal in value keep their own exponents.
+    assert [str(e.after["latitude"]) for e in decoded if e.after] == latitudes
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

@@ -75,11 +75,9 @@ def encode_column(values: Sequence[Value], out: pb.V2Column,
 
 
 def _bitmap(flags: Sequence[bool]) -> bytes:
-    out = bytearray((len(flags) + 7) // 8)
-    for index, flag in enumerate(flags):
-        if flag:
-            out[index >> 3] |= 1 << (index & 7)
-    return bytes(out)
+    # Bit i of the little-endian integer is flag i.
+    bits = int("".join("1" if flag else "0" for flag in reversed(flags)) or "0", 2)
+    return bits.to_bytes((len(flags) + 7) // 8, "little")
 
 
 def _encode_revisions(values: Sequence[Value], revisions: Revisions,
@@ -96,7 +94,7 @@ def _encode_revisions(values: Sequence[Value], revisions: Revisions,
 def _kind_of(present: Sequence[Value]) -> int | None:
     """The column kind all values share (before checking they fit it), or None."""
     kind = _TYPE_KINDS.get(type(present[0]))
-    if kind is None or any(type(v) is not type(present[0]) for v in present):
+    if kind is None or len(set(map(type, present))) != 1:
         return None
     return kind
 
@@ -126,14 +124,19 @@ def _encode_bools(present: Sequence[Value], out: pb.V2Column) -> bool:
 
 def _encode_decimals(present: Sequence[Value], out: pb.V2Column) -> bool:
     unscaled, exponents = [], []
+    # A decimal's text names its sign, digits and exponent exactly: the parts of each
+    # distinct text are taken apart once (columns repeat their values).
+    parts: dict[str, tuple[int, int] | None] = {}
     for value in present:
-        assert isinstance(value, Decimal)
-        sign, digits, exponent = value.as_tuple()
-        if not isinstance(exponent, int) or (sign and not any(digits)):
-            return False  # NaN, infinities, negative zero
-        number = int("".join(map(str, digits)))
-        unscaled.append(-number if sign else number)
-        exponents.append(exponent)
+        text = str(value)
+        if text in parts:
+            part = parts[text]
+        else:
+            part = parts[text] = _decimal_parts(value)
+        if part is None:
+            return False
+        unscaled.append(part[0])
+        exponents.append(part[1])
     deltas = _deltas(unscaled)
     if deltas is None or not all(-_MAX_EXPONENT <= e <= _MAX_EXPONENT for e in exponents):
         return False
@@ -144,6 +147,16 @@ def _encode_decimals(present: Sequence[Value], out: pb.V2Column) -> bool:
     else:
         out.exponents.extend(exponents)
     return True
+
+
+def _decimal_parts(value: Value) -> tuple[int, int] | None:
+    """(unscaled integer, exponent), or None for NaN, infinities and negative zero."""
+    assert isinstance(value, Decimal)
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int) or (sign and not any(digits)):
+        return None
+    number = int("".join(map(str, digits)))
+    return (-number if sign else number), exponent
 
 
 def _encode_floats(present: Sequence[Value], out: pb.V2Column) -> bool:
@@ -184,7 +197,19 @@ def _encode_texts(present: Sequence[Value], out: pb.V2Column) -> bool:
     if len(texts) > 1 and _encode_numbered(texts, out):
         return True
     out.kind = pb.V2_TEXT
-    _encode_distinct([t.encode("utf-8") for t in texts], out)
+    first = texts[0]
+    if texts.count(first) == len(texts):  # one text (a column of constants)
+        out.blob = raw = first.encode("utf-8")
+        out.lengths.append(len(raw))
+        return True
+    # Distinct texts are distinct in UTF-8: each is encoded once.
+    index: dict[str, int] = {}
+    picks = [index.setdefault(text, len(index)) for text in texts]
+    distinct = [text.encode("utf-8") for text in index]
+    out.blob = b"".join(distinct)
+    out.lengths.extend(len(item) for item in distinct)
+    if len(index) not in (1, len(texts)):
+        out.picks.extend(picks)
     return True
 
 

@@ -15,6 +15,7 @@ from tidesync.domain.change_event import (
     SCHEMA_VERSION,
     ChangeEvent,
     Operation,
+    RecordKey,
     Revision,
     tombstone_revision,
 )
@@ -53,18 +54,29 @@ def words_for(columns: int) -> int:
 
 @dataclass
 class _Table:
-    """One V2Table being built: its columns and, per column, the values in event order."""
+    """One V2Table being built: its columns and, per column, the values in event order (each
+    image's values appended as the event is added, its bitmap kept as an int)."""
 
     shape: TableShape
     columns: dict[str, int] = field(default_factory=dict)
     keys: list[list[Value]] = field(default_factory=list)
-    images: list[tuple[dict[str, Value], dict[str, Value] | None, int]] = field(
-        default_factory=list)  # per event: after, before (None: none sent), before mode
-    results: list[Revision | None] = field(default_factory=list)
-    bases: list[Revision | None] = field(default_factory=list)
+    after_values: list[list[Value]] = field(default_factory=list)
+    after_revisions: list[list[Revision | None]] = field(default_factory=list)
+    before_values: list[list[Value]] = field(default_factory=list)
+    before_revisions: list[list[Revision | None]] = field(default_factory=list)
+    after_masks: list[int] = field(default_factory=list)
+    before_masks: list[int] = field(default_factory=list)  # of V2_BEFORE_OWN events only
+    modes: list[int] = field(default_factory=list)
 
     def column(self, name: str) -> int:
-        return self.columns.setdefault(name, len(self.columns))
+        number = self.columns.get(name)
+        if number is None:
+            number = self.columns[name] = len(self.columns)
+            self.after_values.append([])
+            self.after_revisions.append([])
+            self.before_values.append([])
+            self.before_revisions.append([])
+        return number
 
 
 def build_batch_v2(
@@ -83,8 +95,9 @@ def build_batch_v2(
     built: list[_Table] = []
     table_of: list[int] = []
     for index, event in enumerate(events):
-        shape = (event.record.database, event.record.schema, event.record.table,
-                 tuple(name for name, _ in event.record.primary_key))
+        record = event.record
+        shape = (record.database, record.schema, record.table,
+                 tuple([name for name, _ in record.primary_key]))
         number = tables.get(shape)
         if number is None:
             number = tables[shape] = len(built)
@@ -108,27 +121,30 @@ def _add_to_table(table: _Table, event: ChangeEvent, before_values: BeforeValues
     for values, (_, value) in zip(table.keys, event.record.primary_key, strict=True):
         values.append(value)
     before, after = wire_images(event, key_names)
-    mode, before_image = pb.V2_BEFORE_NONE, None
+    mode, keep = pb.V2_BEFORE_NONE, False
     if before:
         keep = before_values is BeforeValues.ALL or (
             before_values is BeforeValues.CONFLICT and event.base_revision is not None)
         if not keep:
             mode = pb.V2_BEFORE_OMITTED
         else:
-            before_image = dict(before)
             same = len(before) == len(after) and all(
                 a[0] == b[0] for a, b in zip(before, after, strict=True))
             mode = pb.V2_BEFORE_AS_AFTER if same else pb.V2_BEFORE_OWN
-    columns = table.columns
-    for name, _ in after:
-        if name not in columns:
-            columns[name] = len(columns)
-    for name, _ in before:
-        if name not in columns:
-            columns[name] = len(columns)
-    table.images.append((dict(after), before_image, mode))
-    table.results.append(event.result_revision)
-    table.bases.append(event.base_revision)
+    # Columns are numbered in order of appearance: an event's after columns, then its before.
+    table.after_masks.append(_mask(table, after, table.after_values, table.after_revisions,
+                                   event.result_revision))
+    if keep:
+        mask = _mask(table, before, table.before_values, table.before_revisions,
+                     event.base_revision)
+        if mode == pb.V2_BEFORE_OWN:
+            table.before_masks.append(mask)
+    else:
+        columns = table.columns
+        for name, _ in before:
+            if name not in columns:
+                table.column(name)
+    table.modes.append(mode)
 
 
 def _runs(items: Sequence[int]) -> list[int]:
@@ -187,14 +203,13 @@ def _event_columns(events: Sequence[ChangeEvent], names: NameTable, out: pb.V2Ev
 def _revisions(events: Sequence[ChangeEvent], out: pb.V2Events) -> None:
     modes: list[int] = []
     explicit = bytearray()
-    last_result: dict[tuple[str, str | None, str, str], Revision] = {}
+    last_result: dict[tuple[object, ...], Revision] = {}
     for event in events:
         base, result = event.base_revision, event.result_revision
         if base is None and result is None:
             modes.append(0)
             continue
-        record = (event.record.database, event.record.schema, event.record.table,
-                  event.record.key_text())
+        record = _record_identity(event.record)
         base_mode = pb.V2_REVISION_NONE
         if base is not None:
             base_mode = (pb.V2_REVISION_CHAINED if last_result.get(record) == base
@@ -216,6 +231,19 @@ def _revisions(events: Sequence[ChangeEvent], out: pb.V2Events) -> None:
         out.revisions = bytes(explicit)
 
 
+_PLAIN_KEY_TYPES = frozenset({int, str})
+
+
+def _record_identity(record: RecordKey) -> tuple[object, ...]:
+    """A value equal for two records exactly when their canonical keys are: a key of plain
+    ints and texts (exact types, equal exactly when their canonical texts are) as it is,
+    any other by its canonical text."""
+    key = record.primary_key
+    if all(type(value) in _PLAIN_KEY_TYPES for _, value in key):
+        return (record.database, record.schema, record.table, True, key)
+    return (record.database, record.schema, record.table, False, record.key_text())
+
+
 def _details(events: Sequence[ChangeEvent], names: NameTable, out: pb.V2Events) -> None:
     columns: dict[str, int] = {}
     # Events of one source share the names of their details, in one order: each order met
@@ -232,13 +260,19 @@ def _details(events: Sequence[ChangeEvent], names: NameTable, out: pb.V2Events) 
         laid_out.append((layout, details.values()))
     if not columns:
         return
-    values: list[list[Value]] = [[] for _ in columns]
     words = words_for(len(columns))
-    bits: list[int] = []
-    for (mask, numbers), event_values in laid_out:
-        for number, value in zip(numbers, event_values, strict=True):
-            values[number].append(value)
-        bits += _words(mask, words)
+    if len(layouts) == 1:  # one order, numbered 0, 1, …: the columns are its transpose
+        (mask, _), = layouts.values()
+        rows = [event_values for _, event_values in laid_out]
+        values: list[list[Value]] = [list(column) for column in zip(*rows, strict=True)]
+        bits = _words(mask, words) * len(laid_out)
+    else:
+        values = [[] for _ in columns]
+        bits = []
+        for (mask, numbers), event_values in laid_out:
+            for number, value in zip(numbers, event_values, strict=True):
+                values[number].append(value)
+            bits += _words(mask, words)
     out.detail_refs.extend(names.ref(name) for name in columns)
     out.detail_bits.extend(bits)
     for column_values in values:
@@ -260,38 +294,35 @@ def _table_to_wire(table: _Table, names: NameTable, out: pb.V2Table) -> None:
     out.key_refs.extend(names.ref(key) for key in key_names)
     for values in table.keys:
         encode_column(values, out.key.add())
-    columns = list(table.columns)
-    out.column_refs.extend(names.ref(column) for column in columns)
-    words = words_for(len(columns))
-    after_values: list[list[Value]] = [[] for _ in columns]
-    after_revisions: list[list[Revision | None]] = [[] for _ in columns]
-    before_values: list[list[Value]] = [[] for _ in columns]
-    before_revisions: list[list[Revision | None]] = [[] for _ in columns]
-    modes: list[int] = []
-    for (after, before, mode), result, base in zip(table.images, table.results, table.bases,
-                                                   strict=True):
-        modes.append(mode)
-        out.after_bits.extend(_words(_mask(table.columns, after, after_values,
-                                           after_revisions, result), words))
-        if before is not None:
-            mask = _mask(table.columns, before, before_values, before_revisions, base)
-            if mode == pb.V2_BEFORE_OWN:
-                out.before_bits.extend(_words(mask, words))
-    if any(modes):
-        out.before_modes.extend(modes)
-    for values, revisions in zip(after_values, after_revisions, strict=True):
+    out.column_refs.extend(names.ref(column) for column in table.columns)
+    words = words_for(len(table.columns))
+    out.after_bits.extend(_all_words(table.after_masks, words))
+    out.before_bits.extend(_all_words(table.before_masks, words))
+    if any(table.modes):
+        out.before_modes.extend(table.modes)
+    for values, revisions in zip(table.after_values, table.after_revisions, strict=True):
         encode_column(values, out.after.add(), revisions)
-    if any(before_values):
-        for values, revisions in zip(before_values, before_revisions, strict=True):
+    if any(table.before_values):
+        for values, revisions in zip(table.before_values, table.before_revisions, strict=True):
             encode_column(values, out.before.add(), revisions)
 
 
-def _mask(columns: dict[str, int], image: dict[str, Value], values: list[list[Value]],
+def _all_words(masks: list[int], words: int) -> list[int]:
+    if words == 1:
+        return masks
+    return [word for mask in masks for word in _words(mask, words)]
+
+
+def _mask(table: _Table, image: list[tuple[str, Value]], values: list[list[Value]],
           revisions: list[list[Revision | None]], revision: Revision | None) -> int:
-    """The image's bitmap; its values appended to their columns (one per column)."""
+    """The image's bitmap (columns not met before numbered now); its values appended to
+    their columns (one per column)."""
+    columns = table.columns
     mask = 0
-    for name, value in image.items():
-        column = columns[name]
+    for name, value in image:
+        column = columns.get(name)
+        if column is None:
+            column = table.column(name)
         mask |= 1 << column
         values[column].append(value)
         revisions[column].append(revision)

@@ -21,7 +21,6 @@ from tidesync.domain.change_event import ChangeEvent, Operation, table_rule
 from tidesync.domain.ship_intake import (
     EventState,
     IntakeContext,
-    IntakeDecision,
     ReadRecord,
     RecordKind,
     RereadAction,
@@ -30,6 +29,7 @@ from tidesync.domain.ship_intake import (
     Tally,
     decide_fresh,
     decide_reread,
+    read_event,
     record_id,
 )
 from tidesync.ship.state.database import ShipStateDatabase, look_up
@@ -108,11 +108,14 @@ def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
         return None
     # The fields of _CAPTURE_FIELDS in its order, written out: this runs for every event.
     record = event.record
-    text = "\x1f".join((
-        repr(get("gtid")), repr(get("server_id")), repr(file), repr(position),
-        repr(get("binlog_row")), repr(get("snapshot")), repr(record.database),
-        repr(record.table), repr(record_key), event.operation.value, str(event.replay_epoch)))
+    text = (f"{get('gtid')!r}\x1f{get('server_id')!r}\x1f{file!r}\x1f{position!r}\x1f"
+            f"{get('binlog_row')!r}\x1f{get('snapshot')!r}\x1f{record.database!r}\x1f"
+            f"{record.table!r}\x1f{record_key!r}\x1f{_OPERATION_TEXT[event.operation]}\x1f"
+            f"{event.replay_epoch}")
     return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+
+
+_OPERATION_TEXT = {operation: operation.value for operation in Operation}
 
 
 def platform_write_id(event: ChangeEvent) -> bytes | None:
@@ -133,12 +136,7 @@ def rule_of(event: ChangeEvent) -> str:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
-
-
-def _micros(moment: dt.datetime | None) -> int | None:
-    if moment is None:
-        return None
-    return (moment - _EPOCH) // _MICROSECOND
+_STATE_TEXT = {state: state.value for state in EventState}
 
 
 # ----------------------------------------------------------------------------- the store
@@ -195,13 +193,38 @@ class SQLiteIntake:
         now = self.database.now_text()
         decided = decide_fresh(read, context)
         blocked_keys.update(decided.context.blocked_keys)
+        # The columns shared by every row of the run are looked up once, not per row.
+        direction = self.database.direction.value
+        sendable, sizes = recorded.sendable, recorded.sizes
         rows = []
         for item, record, decision in zip(fresh, read, decided.decisions, strict=True):
-            recorded.count(decision.tally)
-            if decision.sendable and isinstance(item.outcome, Normalized):
-                recorded.send(item.outcome.event, decision.source_sequence, item.size)
-            if decision.state is not None:
-                rows.append(self._row(item, record, decision, replay_epoch, now))
+            tally = decision.tally
+            if tally is Tally.NEW_EVENT:
+                recorded.new_events += 1
+            else:
+                recorded.count(tally)
+            state = decision.state
+            if state is None:
+                continue
+            outcome = item.outcome
+            if isinstance(outcome, Normalized):
+                event = outcome.event
+                if state is EventState.READY:  # decision.sendable
+                    sendable.append(event.with_source_sequence(decision.source_sequence))
+                    sizes[event.event_id] = item.size
+                business = event.business_occurred_at
+                rule: str | None = rule_of(event)
+                captured_micros: int | None = (event.captured_at - _EPOCH) // _MICROSECOND
+                business_micros = (None if business is None
+                                   else (business - _EPOCH) // _MICROSECOND)
+            else:
+                rule = captured_micros = business_micros = None
+            assert record.row_id is not None
+            rows.append((record.row_id.bytes, direction, item.topic, item.partition,
+                         item.offset, replay_epoch, rule, _STATE_TEXT[state], decision.result,
+                         decision.reason, decision.detail, decision.source_sequence,
+                         item.size, item.key_digest, decision.capture_id,
+                         decision.duplicate_of, captured_micros, business_micros, now))
         conn.executemany(_INSERT_EVENT, rows)
         return decided.context.next_sequence
 
@@ -214,23 +237,9 @@ class SQLiteIntake:
             return ReadRecord(item.offset, RecordKind.BLOCK, row_id, item.key_digest,
                               block_reason=outcome.reason.value, block_detail=outcome.detail)
         if isinstance(outcome, Normalized):
-            return ReadRecord(item.offset, RecordKind.EVENT, outcome.event.event_id,
-                              item.key_digest, capture_id(outcome.event, item.key_digest),
-                              item.platform_id)
+            return read_event(item.offset, outcome.event.event_id, item.key_digest,
+                              capture_id(outcome.event, item.key_digest), item.platform_id)
         return ReadRecord(item.offset, RecordKind.SKIP, key_digest=item.key_digest)
-
-    def _row(self, item: Consumed, record: ReadRecord, decision: IntakeDecision,
-             replay_epoch: int, now: str) -> tuple[object, ...]:
-        """The event_state row of a decided record."""
-        assert record.row_id is not None and decision.state is not None
-        event = item.outcome.event if isinstance(item.outcome, Normalized) else None
-        rule = None if event is None else rule_of(event)
-        times = ((None, None) if event is None
-                 else (_micros(event.captured_at), _micros(event.business_occurred_at)))
-        return (record.row_id.bytes, self.database.direction.value, item.topic, item.partition,
-                item.offset, replay_epoch, rule, decision.state.value, decision.result,
-                decision.reason, decision.detail, decision.source_sequence, item.size,
-                item.key_digest, decision.capture_id, decision.duplicate_of, *times, now)
 
     def _rows_at(self, conn: sqlite3.Connection, key: PartitionKey, replay_epoch: int,
                  items: list[Consumed]) -> dict[int, StoredRecord]:
