@@ -4,6 +4,8 @@ same id and body; a shore that cannot tell gets the same batch again."""
 
 from __future__ import annotations
 
+import contextlib
+import random
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from tidesync.ingress.answers import compact_answer
 from tidesync.ship.batcher import OutgoingBatch, SendWindow
 from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.pace import LinkPace, PaceSettings
-from tidesync.ship.retries import RetrySchedule
+from tidesync.ship.retries import LinkRecovery, RetrySchedule
 from tidesync.ship.state import Progress, SQLiteShipState
 from tidesync.ship.telemetry import HealthState, Subsystem
 from tidesync.ship.transport import LinkDown, LinkError, LinkReason
@@ -242,3 +244,47 @@ def test_a_fixed_size_would_not_fill_the_link() -> None:
     pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=16_000, min_bytes=16_000,
                                  max_bytes=16_000))
     assert _link(pace, rate=131_072, rtt=0.6, seconds=60) < 0.5 * 131_072
+
+
+class HeldFates(FakeShore):
+    """Answers the questions what became of a batch only once `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(lose=3)
+        self.release = threading.Event()
+
+    def _fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+        assert self.release.wait(30)
+        return super()._fate(batch_id)
+
+
+def test_after_an_outage_every_cut_batch_s_question_is_a_probe_and_none_is_doubled(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), HeldFates()
+    uploads, hooks, ids = pipeline(state, shore, clock, events=3, slots=3)
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(4))
+    uploads.retry = recovery.schedule(Backoff(60.0, 300.0))  # its own wait grows long
+    uploads.pace = LinkPace(PaceSettings(initial_bytes=1, min_bytes=1, max_bytes=1))
+    try:
+        uploads.step(blocked=False)  # three uploads side by side; every answer is lost
+        for flight in list(uploads.flights):
+            with contextlib.suppress(LinkError):
+                flight.future.result(timeout=30)
+        uploads.step(blocked=False)
+        assert len(uploads.held) == 3 and recovery.down_since is not None
+        assert uploads.probes_link()  # the client sends no probe of its own
+        clock.advance(1.0)  # the link's probe is due, the uploads' own retry is not
+        uploads.step(blocked=False)
+        # All three questions went in the probe's turn, and while they are on their way the
+        # client still needs no other probe.
+        assert [flight.asks_fate for flight in uploads.flights] == [True, True, True]
+        assert uploads.probes_link()
+        shore.release.set()
+        for flight in list(uploads.flights):
+            flight.future.result(timeout=30)
+        uploads.step(blocked=False)
+    finally:
+        uploads.close()
+    assert sorted(shore.fates) == sorted(batch.batch_id for batch in shore.uploads)
+    assert len(shore.uploads) == 3  # nothing was sent twice
+    assert hooks.received == set(ids)

@@ -141,8 +141,13 @@ class UploadPipeline:
             self.event_cap = min(self.event_cap, control.batch_max_events)
 
     def probes_link(self) -> bool:
-        """While the link is down, the first held batch's fate question is the probe."""
-        return bool(self.held) and self.held[0].ask_fate and self.retry.recovery is not None
+        """While the link is down, the first held batch's fate question is the probe (and
+        while such questions are on their way, no other probe is needed)."""
+        if self.retry.recovery is None:
+            return False
+        return (bool(self.held) and self.held[0].ask_fate) or (
+            self.retry.recovery.down_since is not None
+            and any(flight.asks_fate for flight in self.flights))
 
     def step(self, blocked: bool) -> None:
         """Apply the answers that came, then start what may start."""
@@ -158,11 +163,20 @@ class UploadPipeline:
     # ------------------------------------------------------------------ starting
 
     def _start(self) -> None:
+        probes = 0  # fate questions this turn may still send as the link's probe
         while True:
             now = self.monotonic()
-            if not self.pace.may_start(self.slots) or not (
-                    self.retry.due(now) or self._probing(now)):
+            if not self.pace.may_start(self.slots):
                 return
+            if not self.retry.due(now):
+                if probes and self.held and self.held[0].ask_fate:
+                    probes -= 1
+                elif self._probing(now):
+                    # Each held fate question is a probe: side by side, one lost segment
+                    # (a second-long stall) no longer delays the first answer.
+                    probes = min(self.slots, len(self.held)) - 1
+                else:
+                    return
             if self.held:
                 held = self.held.popleft()
                 fate = getattr(self.link, "batch_fate", None)
