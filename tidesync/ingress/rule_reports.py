@@ -99,7 +99,8 @@ def _checked(index: int, report: pb.RuleActivation) -> ActivationRow:
         _check_problem(where, problem)
     return ActivationRow(report.rule_id, report.active_version, report.candidate_version,
                          pb.RuleValidation.Name(report.validation), tuple(report.problems),
-                         _moment(where, report.activated_at_micros))
+                         reported_moment(f"{where}.activated_at_micros",
+                                         report.activated_at_micros))
 
 
 def _check_problem(where: str, problem: str) -> None:
@@ -110,13 +111,16 @@ def _check_problem(where: str, problem: str) -> None:
         raise BadRuleReport(f"{where}: a problem holds a NUL character")
 
 
-def _moment(where: str, micros: int) -> dt.datetime | None:
+def reported_moment(where: str, micros: int,
+                    refused: type[BadRuleReport] = BadRuleReport) -> dt.datetime | None:
+    """A report's optional time (0: none); raises `refused` naming `where` when out of
+    range."""
     if micros == 0:
         return None
     try:
         return _EPOCH + dt.timedelta(microseconds=micros)
     except OverflowError:
-        raise BadRuleReport(f"{where}.activated_at_micros is out of range") from None
+        raise refused(f"{where} is out of range") from None
 
 
 def store_reports(conn: Connection, node_id: str, rows: Sequence[ActivationRow],

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tidesync.ingress.database import Connection
-from tidesync.ingress.rule_reports import BadRuleReport, TooManyRuleReports
+from tidesync.ingress.rule_reports import BadRuleReport, TooManyRuleReports, reported_moment
 from tidesync.wire import sync_pb2 as pb
 
 MAX_SYNC_STATE_REPORTS = 1000
@@ -20,7 +20,6 @@ MAX_NAME_CHARS = 64
 """Characters of a database or a table name (MySQL's limit)."""
 _RULE_ID = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 _INT64 = 1 << 63
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _PHASES = {pb.SYNC_NONE: "NONE", pb.SYNC_QUEUED: "QUEUED", pb.SYNC_SNAPSHOTTING: "SNAPSHOTTING",
            pb.SYNC_CATCHING_UP: "CATCHING_UP", pb.SYNC_IN_SYNC: "IN_SYNC",
            pb.SYNC_FAILED: "FAILED"}
@@ -108,8 +107,10 @@ def _checked(where: str, state: pb.SyncState) -> SyncStateRow:
         rule_id=state.rule_id or None, rule_version=state.rule_version, table=state.table,
         phase=phase, snapshot_id=state.snapshot_id or None, rows_sent=state.rows_sent,
         rows_total=state.rows_total if state.HasField("rows_total") else None,
-        started_at=_moment(where, "started_at_micros", state.started_at_micros),
-        finished_at=_moment(where, "finished_at_micros", state.finished_at_micros),
+        started_at=reported_moment(f"{where}.started_at_micros", state.started_at_micros,
+                                   BadSyncState),
+        finished_at=reported_moment(f"{where}.finished_at_micros", state.finished_at_micros,
+                                    BadSyncState),
         lag_records=state.lag_records)
 
 
@@ -118,15 +119,6 @@ def _is_table(name: str) -> bool:
     return bool(dot) and all(
         0 < len(part) <= MAX_NAME_CHARS and part.isprintable() and "." not in part
         for part in (database, table))
-
-
-def _moment(where: str, name: str, micros: int) -> dt.datetime | None:
-    if micros == 0:
-        return None
-    try:
-        return _EPOCH + dt.timedelta(microseconds=micros)
-    except OverflowError:
-        raise BadSyncState(f"{where}.{name} is out of range") from None
 
 
 def store_sync_states(conn: Connection, node_id: str, rows: Sequence[SyncStateRow],
