@@ -11,6 +11,7 @@ import binascii
 import collections.abc
 import dataclasses
 import enum
+import math
 import os
 import re
 import tomllib
@@ -523,6 +524,8 @@ def _coerce(value: object, target: object) -> object:
             return int(value)
         except ValueError:
             raise ValueError(f"expected an integer, got {value!r}") from None
+    if target is float:
+        return _coerce_float(value)
     if target is str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {value!r}")
@@ -533,6 +536,20 @@ def _coerce(value: object, target: object) -> object:
     if origin in (Mapping, dict, collections.abc.Mapping):
         return _coerce_table(value)
     raise ValueError(f"unsupported setting type {target!r}")
+
+
+def _coerce_float(value: object) -> float:
+    """A number (TOML integer or float; in an environment variable, its text); never NaN or
+    infinite."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected a number, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return number
 
 
 def _coerce_list(value: object) -> tuple[str, ...]:

@@ -150,3 +150,27 @@ def test_client_options_cannot_turn_on_auto_commit_and_are_not_shown() -> None:
                              {"enable.auto.commit": "true", "fetch.wait.max.ms": "50"})
     settings = consumer.consumer_config()
     assert settings["enable.auto.commit"] is False and settings["fetch.wait.max.ms"] == "50"
+
+
+def test_a_number_setting_takes_fractions_from_the_file_and_the_environment(tmp_path):
+    path = tmp_path / "ship.toml"
+    path.write_text("[ship]\nprobe_interval_seconds = 0.25\nprobe_max_interval_seconds = 20\n")
+    config = load_config(path, env={})
+    assert config.ship.probe_interval_seconds == 0.25
+    assert config.ship.probe_max_interval_seconds == 20.0
+    overridden = load_config(path, env={"TIDESYNC_SHIP__PROBE_INTERVAL_SECONDS": "2.5"})
+    assert overridden.ship.probe_interval_seconds == 2.5
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('"soon"', "ship.probe_interval_seconds: expected a number, got 'soon'"),
+    ("true", "ship.probe_interval_seconds: expected a number, got True"),
+    ("nan", "ship.probe_interval_seconds: expected a finite number, got nan"),
+    ("0.01", "ship.probe_interval_seconds: must be 0.1..60"),
+])
+def test_a_bad_number_setting_is_named(tmp_path, text, problem):
+    path = tmp_path / "ship.toml"
+    path.write_text(f"[ship]\nprobe_interval_seconds = {text}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert problem in "\n".join(caught.value.problems)

@@ -35,11 +35,11 @@ class ShipLinkSettings:
     # next request. Keep it below the shore's `[shore] keep_alive_seconds` (75 s by default)
     # minus a round trip, so the ship never sends on a connection the shore is closing.
     keep_alive_seconds: int = 60
-    # While requests get no answer, the shore is probed (GET /livez) after this many seconds,
-    # then ever less often up to `probe_max_interval_seconds`; the first answer makes every
-    # waiting request due at once.
-    probe_interval_seconds: int = 1
-    probe_max_interval_seconds: int = 30
+    # While requests get no answer, the shore is probed (GET /livez) after this many seconds
+    # (fractions allowed), then ever less often up to `probe_max_interval_seconds`; the first
+    # answer makes every waiting request due at once.
+    probe_interval_seconds: float = 0.5
+    probe_max_interval_seconds: float = 30
     # Uploads side by side, each on its own connection. Keep it below the shore's
     # `[shore] node_max_concurrent_requests` (4 by default): the ship's other requests
     # (receipts, heartbeats, commands) need a slot too.
@@ -50,8 +50,9 @@ class ShipLinkSettings:
 
     def link_problems(self) -> list[str]:
         problems = [f"ship.{name}: must be >= 1" for name in (
-            "keep_alive_seconds", "probe_interval_seconds", "probe_max_interval_seconds")
-            if getattr(self, name) < 1]
+            "keep_alive_seconds", "probe_max_interval_seconds") if getattr(self, name) < 1]
+        if not 0.1 <= self.probe_interval_seconds <= 60:
+            problems.append("ship.probe_interval_seconds: must be 0.1..60")
         if self.probe_max_interval_seconds < self.probe_interval_seconds:
             problems.append("ship.probe_max_interval_seconds: must be >= probe_interval_seconds")
         if not 1 <= self.uploads_in_flight <= 8:
