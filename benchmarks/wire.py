@@ -15,7 +15,8 @@ shown beside. The ratio itself stays without dictionaries.
 
 `--input RECORDS.jsonl [--columns TYPES.json]` runs the comparison on records an operator
 supplies instead: one JSON object per line with topic, partition, offset, key and value (key
-and value as the JSON documents, or as text holding them); `--columns` as for `tidesync
+and value as the JSON documents, or as text holding them, as `rpk topic consume` prints them;
+`kcat -J` names the value `payload`, which is taken too); `--columns` as for `tidesync
 inspect debezium`, needed for payload-only records.
 """
 
@@ -162,7 +163,11 @@ def _from_file(path: Path, columns: Path | None, origin: str) -> Workload:
             if len(line) > MAX_INPUT_LINE:
                 raise SystemExit(f"{path}:{number}: line longer than {MAX_INPUT_LINE} bytes")
             if line.strip():
-                kafka.append(_input_record(json.loads(line), path, number))
+                try:
+                    document = json.loads(line)
+                except ValueError as error:
+                    raise SystemExit(f"{path}:{number}: not a JSON object ({error})") from None
+                kafka.append(_input_record(document, path, number))
     events = _normalized(normalizer, kafka)
     if not events:
         raise SystemExit(f"{path}: no record normalized to a change event")
@@ -172,12 +177,28 @@ def _from_file(path: Path, columns: Path | None, origin: str) -> Workload:
 
 
 def _input_record(document: Any, path: Path, number: int) -> KafkaRecord:
+    """One line: `value` holds the record's value (`payload`, as `kcat -J` names it, when
+    there is no `value`); partition and offset default to 0 and the line's number."""
     if not isinstance(document, dict) or not isinstance(document.get("topic"), str):
         raise SystemExit(f"{path}:{number}: expected an object with topic, partition, offset,"
                          " key and value")
-    return KafkaRecord(document["topic"], int(document.get("partition", 0)),
-                       int(document.get("offset", number - 1)),
-                       _document_bytes(document.get("key")), _document_bytes(document.get("value")))
+    value = document["value"] if "value" in document else document.get("payload")
+    return KafkaRecord(document["topic"], _whole(document, "partition", 0, path, number),
+                       _whole(document, "offset", number - 1, path, number),
+                       _document_bytes(document.get("key")), _document_bytes(value))
+
+
+def _whole(document: dict[str, Any], name: str, default: int, path: Path, number: int) -> int:
+    value = document.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SystemExit(f"{path}:{number}: {name} must be a whole number >= 0")
+    try:
+        whole = int(value)
+    except ValueError:
+        raise SystemExit(f"{path}:{number}: {name} must be a whole number >= 0") from None
+    if whole < 0:
+        raise SystemExit(f"{path}:{number}: {name} must be a whole number >= 0")
+    return whole
 
 
 def _document_bytes(document: Any) -> bytes | None:

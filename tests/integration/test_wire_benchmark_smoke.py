@@ -69,3 +69,30 @@ def test_wire_benchmark_measures_records_an_operator_supplies(tmp_path: Path) ->
     assert any(line.startswith("[records.jsonl] records / events") and "3 / 2" in line
                for line in lines), lines
     assert ratio_of(lines) > 0
+
+
+def test_wire_benchmark_takes_kcat_lines_and_names_a_broken_line(tmp_path: Path) -> None:
+    created = json.loads((fixtures_dir() / "mysql_create_value_with_schema__docs_modern.json"
+                          ).read_text())
+    # `kcat -J` prints the value as text under `payload`, beside fields of its own.
+    line = {"topic": "dbserver1.inventory.customers", "partition": 0, "offset": 3,
+            "tstype": "create", "ts": 1700000000000, "broker": 1,
+            "key": json.dumps({"id": created["payload"]["after"]["id"]}),
+            "payload": json.dumps(created)}
+    path = tmp_path / "kcat.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    lines = run_wire("--input", str(path))
+    assert any(line.startswith("[kcat.jsonl] records / events") and "1 / 1" in line
+               for line in lines), lines
+    assert ratio_of(lines) > 0
+
+    for text, problem in (("{not json\n", "kcat.jsonl:2: not a JSON object"),
+                          (json.dumps({**line, "offset": "seven"}) + "\n",
+                           "kcat.jsonl:2: offset must be a whole number >= 0")):
+        path.write_text(json.dumps(line) + "\n" + text)
+        result = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "wire", "--input", str(path)],
+            cwd=REPOSITORY, capture_output=True, text=True, timeout=600, check=False)
+        assert result.returncode != 0
+        assert problem in result.stderr
+        assert "Traceback" not in result.stderr
