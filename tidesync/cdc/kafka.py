@@ -85,6 +85,7 @@ class KafkaQueue:
         self.settings = settings
         self.consumer = Consumer(settings.consumer_config())
         self.pattern = re.compile(settings.topic_pattern)
+        self._failure: str | None = None
 
     def partitions(self) -> list[PartitionKey]:
         """Every partition of every topic matching the pattern."""
@@ -118,7 +119,13 @@ class KafkaQueue:
             for key, offset in starts.items()])
 
     def poll(self, max_records: int, timeout: float) -> Polled:
+        """What the consumer has read. A broker failure met among messages is raised once
+        they are returned: at the next poll (what was read is never dropped with it)."""
+        if self._failure is not None:
+            earlier, self._failure = self._failure, None
+            raise QueueUnavailable(earlier)
         polled = Polled()
+        failure: str | None = None
         try:
             # consume() waits for all `max_records` or the timeout: take what is there, and
             # wait (for the first record only) when there is nothing.
@@ -136,11 +143,15 @@ class KafkaQueue:
                 continue
             topic, partition = message.topic(), message.partition()
             if topic is None or partition is None or problem.code() in _CONNECTIVITY_ERRORS:
-                raise QueueUnavailable(f"queue error {problem.name()}")
-            if problem.code() == KafkaError._PARTITION_EOF:
+                failure = failure or f"queue error {problem.name()}"
+            elif problem.code() == KafkaError._PARTITION_EOF:
                 polled.at_end[PartitionKey(topic, partition)] = message.offset() or 0
             else:
                 polled.errors[PartitionKey(topic, partition)] = problem.name()
+        if failure is not None:
+            if not (polled.records or polled.at_end or polled.errors):
+                raise QueueUnavailable(failure)
+            self._failure = failure
         return polled
 
     def unassign(self, keys: Iterable[PartitionKey]) -> None:

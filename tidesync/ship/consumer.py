@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,6 +19,7 @@ from tidesync.cdc.kafka import (
     PartitionKey,
 )
 from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome, Skip, SkipReason
+from tidesync.domain.clock import Monotonic
 from tidesync.domain.rules.runtime import Filtered, Shaped
 from tidesync.ship.rules import ShipRules
 from tidesync.ship.state import SQLiteShipState
@@ -25,6 +27,11 @@ from tidesync.ship.state.intake import Consumed, Recorded, platform_write_id, qu
 from tidesync.ship.state.watermarks import Watermark
 
 log = logging.getLogger(__name__)
+
+_END_CHECK_SECONDS = 0.5
+"""How often, at most, an empty poll compares the partitions not known to be at their end with
+their high watermarks (the end-of-partition event alone can be missed)."""
+
 
 class QueueReason(enum.StrEnum):
     """Why a partition is not consumed, or why the queue is unhealthy."""
@@ -43,6 +50,9 @@ class PartitionProgress:
     at_end: bool = False
     paused: bool = False
     blocked_reason: str | None = None
+    next_offset: int | None = None
+    """The offset after the last record read, or where the partition was assigned (None: its
+    beginning, nothing read yet)."""
 
 
 class SideReader(Protocol):
@@ -64,7 +74,8 @@ class QueueConsumer:
 
     def __init__(self, queue: KafkaQueue, normalizer: DebeziumNormalizer,
                  state: SQLiteShipState, replay_epoch: int,
-                 rules: ShipRules | None = None) -> None:
+                 rules: ShipRules | None = None, *,
+                 monotonic: Monotonic = time.monotonic) -> None:
         self.queue = queue
         self.normalizer = normalizer
         self.state = state
@@ -74,6 +85,8 @@ class QueueConsumer:
         self.bidirectional = normalizer.settings.bidirectional_tables
         self.partitions: dict[PartitionKey, PartitionProgress] = {}
         self.side: SideReader | None = None
+        self.monotonic = monotonic
+        self._ends_checked_at: float | None = None
 
     def refresh(self) -> list[PartitionKey]:
         """Assign partitions not yet assigned (new topics appear over time); returns them."""
@@ -93,7 +106,8 @@ class QueueConsumer:
                 log.error("partition %s/%d has a queue commit but no state: not consumed",
                           key.topic, key.partition)
                 continue
-            starts[key] = None if watermark is None else watermark.commit_offset
+            starts[key] = progress.next_offset = (None if watermark is None
+                                                  else watermark.commit_offset)
         self.queue.assign(starts)
         return new
 
@@ -105,16 +119,40 @@ class QueueConsumer:
                    if progress.blocked_reason is not None}
         items = [self._consumed(record) for record in polled.records
                  if not blocked or (record.topic, record.partition) not in blocked]
-        for topic, partition in {(record.topic, record.partition) for record in polled.records}:
-            self.partitions.setdefault(PartitionKey(topic, partition),
-                                       PartitionProgress()).at_end = False
+        # Records come in offset order within a partition: the last one of each is kept.
+        last = {(record.topic, record.partition): record.offset for record in polled.records}
+        for (topic, partition), offset in last.items():
+            progress = self.partitions.setdefault(PartitionKey(topic, partition),
+                                                  PartitionProgress())
+            progress.at_end, progress.next_offset = False, offset + 1
         for key, end in polled.at_end.items():
             self.partitions.setdefault(key, PartitionProgress()).at_end = True
             log.debug("partition %s/%d at its end %d", key.topic, key.partition, end)
+        if not (polled.records or polled.at_end or polled.errors):
+            self._check_ends()
         recorded = self.state.record(items, self.replay_epoch) if items else Recorded()
         if self.side is not None:
             self.side.poll(recorded, {key for key, p in self.partitions.items() if p.paused})
         return recorded
+
+    def _check_ends(self) -> None:
+        """Mark at their end the partitions read up to their high watermark (as of the last
+        fetch), at most every `_END_CHECK_SECONDS`. The end-of-partition event is reported
+        once per fetch position: one not taken in (lost with a poll that failed) is never
+        reported again, which would leave `caught_up` false although nothing is left to read.
+        Only on an empty poll: reading records costs nothing more."""
+        now = self.monotonic()
+        if self._ends_checked_at is not None and now - self._ends_checked_at < _END_CHECK_SECONDS:
+            return
+        self._ends_checked_at = now
+        for key, progress in self.partitions.items():
+            if progress.at_end or progress.paused or progress.blocked_reason is not None:
+                continue
+            end = self.queue.end_offset(key)
+            if end is not None and end <= (progress.next_offset or 0):
+                progress.at_end = True
+                log.debug("partition %s/%d read to its high watermark %d", key.topic,
+                          key.partition, end)
 
     def _consumed(self, record: KafkaRecord) -> Consumed:
         outcome = self.normalizer.normalize(record)
@@ -173,7 +211,7 @@ class QueueConsumer:
         self.queue.unassign([key])
         self.queue.assign({key: offset})
         progress = self.partitions.setdefault(key, PartitionProgress())
-        progress.at_end = False
+        progress.at_end, progress.next_offset = False, offset
         if progress.paused:  # a new assignment fetches: keep the window's pause
             self.queue.pause([key])
 
