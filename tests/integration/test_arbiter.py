@@ -320,7 +320,7 @@ def test_an_expired_auto_decide_lease_is_taken_over(shore, target_db, shore_mari
 
 
 def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
-        shore, target_db, shore_mariadb, downlink):
+        shore, target_db, shore_mariadb, downlink, caplog):
     setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
                        Policy(PolicyName.SHORE_WINS))
     missing_case, decision_id = uuid.uuid4(), uuid.uuid4()
@@ -335,9 +335,12 @@ def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
     conflict_id = concurrent_update(setup)
 
     setup.arbiter.run_once()  # logs the unknown case, goes on with the rest
+    setup.arbiter.run_once()  # and does not log it again
 
     assert setup.apps.conflicts.get_case(conflict_id).state is ConflictState.DISPATCHED
     assert [c.command_id for c in downlink.pending_follow_ups(10)] == [issued.command_id]
+    reports = [r for r in caplog.records if str(issued.command_id) in r.getMessage()]
+    assert len(reports) == 1 and reports[0].exc_info is None
 
 
 class ReportJoinsWhileDeciding:

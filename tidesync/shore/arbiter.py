@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
@@ -114,6 +115,8 @@ class Arbiter:
         self.clock = clock
         self.rules = rules
         """The released rule versions whose conflict policies decide their cases."""
+        self._unknown_cases: set[uuid.UUID] = set()
+        """Answered commands already reported as naming a case that does not exist."""
 
     def close(self) -> None:
         if self._applier is not None:
@@ -317,6 +320,13 @@ class Arbiter:
                     self._row_change_conflicted(command)
             except IntegrityError:
                 continue  # The case moved meanwhile: the next round reads it again.
+            except AggregateNotFoundError as error:
+                # Stays pending (followed up once what it names exists), reported once.
+                if command.command_id not in self._unknown_cases:
+                    self._unknown_cases.add(command.command_id)
+                    log.error("following up command %s: %s does not exist; it stays pending",
+                              command.command_id, error)
+                continue
             except Exception:
                 log.exception("following up command %s failed; trying again later",
                               command.command_id)
