@@ -5,11 +5,14 @@ The link (tidesync.linksim): 128 KiB/s each way, 300 ms each way, 5% of 1400-byt
 arriving a second late, a 10 s outage (connections reset) every 60 s, random resets (one per
 4 MiB relayed on average). The ship client (real queue, state and HTTP link) uploads a backlog
 of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore
-(`tidesync shore serve` in a process of its own, PostgreSQL). Per workload: goodput of accepted
-upload payload (compressed batch bytes answered RECEIVED, or recalled by batch id after a lost
-answer) while the backlog lasts, bytes sent up and acknowledgement bytes down per payload byte,
-and how long after each outage ended the first upload request (a batch, or the question what
-became of one cut off by the outage) got its answer: when the ship was using the link again.
+(`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go twice, the
+second time with the ship's uplink limit set to the link's rate (`[ship]
+uplink_rate_bytes_per_sec`: bodies written as fast as the link takes them, one after another).
+Per workload: goodput of accepted upload payload (compressed batch bytes answered RECEIVED, or
+recalled by batch id after a lost answer) while the backlog lasts, bytes sent up and
+acknowledgement bytes down per payload byte, and how long after each outage ended the first
+upload request (a batch, or the question what became of one cut off by the outage) got its
+answer: when the ship was using the link again.
 Bytes sent up are split into those that reached the shore (payload, HTTP framing and anything
 sent twice) and those on the link when a reset or an outage cut the connection (lost by any
 sender: the link's latency and retransmission stalls hold them). When the run ends, no new
@@ -44,7 +47,7 @@ from benchmarks.harness import Report
 from benchmarks.ship import produce
 from tidesync.apps.nodes import Actor
 from tidesync.bootstrap.ingress import open_node_service
-from tidesync.bootstrap.ship import build_client
+from tidesync.bootstrap.ship import build_client, uplink_pacer
 from tidesync.capture.envelope_writer import (
     ColumnDefinition,
     DebeziumEnvelopeWriter,
@@ -70,6 +73,9 @@ QUICK = {"seconds": 12.0, "every": 12.0, "outage": 3.0, "small": 5_000, "large":
 SMALL_TEXT = 48  # characters of base64 text: about 70 B per event on the wire
 LARGE_TEXT = 4000  # about 3 KB per event on the wire
 RAW_CHUNK = 256 * 1024
+PLAN_UPLINK = (RATE, 16 * 1024)
+"""`[ship] uplink_rate_bytes_per_sec` and `uplink_burst_bytes` as a ship on this link is set up:
+the plan's rate, a burst of an eighth of a second."""
 SETTLE_SECONDS = 30.0
 """At the end of a run, how long the uploads on their way get to finish."""
 DATABASE = "bench"
@@ -120,9 +126,12 @@ def run(report: Report, quick: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="tidesync-bench-shore-") as workdir, \
                 shore_server(database, Path(workdir)) as shore_url:
             ratios = []
-            for name, rows, text in (("small rows", int(size["small"]), SMALL_TEXT),
-                                     ("large rows", int(size["large"]), LARGE_TEXT)):
-                phase = upload_phase(config, shore_url, broker, name, rows, text, size)
+            for name, rows, text, uplink in (
+                    ("small rows", int(size["small"]), SMALL_TEXT, (0, 1)),
+                    ("large rows", int(size["large"]), LARGE_TEXT, (0, 1)),
+                    ("large rows, uplink limit at the link's rate", int(size["large"]),
+                     LARGE_TEXT, PLAN_UPLINK)):
+                phase = upload_phase(config, shore_url, broker, name, rows, text, size, uplink)
                 _describe(report, name, phase, raw)
                 ratios.append(phase.goodput / raw)
     report.set_ratio(min(ratios), (
@@ -308,7 +317,8 @@ def run_client(ship: ShipConfig, link: CountingLink, stop: threading.Event) -> N
 
 
 def upload_phase(config: Config, shore_url: str, broker: TansuBroker, name: str, rows: int,
-                 text: int, size: dict[str, float]) -> Phase:
+                 text: int, size: dict[str, float], uplink: tuple[int, int] = (0, 1)) -> Phase:
+    """One workload; `uplink`: the ship's `uplink_rate_bytes_per_sec` and burst."""
     prefix = f"sync.cdc.link{uuid.uuid4().hex[:8]}"
     writer = DebeziumEnvelopeWriter(prefix)
     broker.create_topic(writer.topic(TABLE), partitions=1)
@@ -322,9 +332,11 @@ def upload_phase(config: Config, shore_url: str, broker: TansuBroker, name: str,
                           state_path=f"{state_dir}/ship.sqlite",
                           kafka_bootstrap_servers=broker.bootstrap_servers,
                           topic_pattern=rf"^{re.escape(prefix)}\.",
-                          bidirectional_tables=(f"{DATABASE}.items",))
+                          bidirectional_tables=(f"{DATABASE}.items",),
+                          uplink_rate_bytes_per_sec=uplink[0], uplink_burst_bytes=uplink[1])
         counting = CountingLink(HttpShoreLink(link.url, node_id, secret, clock=utc_now,
-                                              keep_alive=float(ship.keep_alive_seconds)))
+                                              keep_alive=float(ship.keep_alive_seconds),
+                                              pacer=uplink_pacer(ship)))
         stop = threading.Event()
         thread = threading.Thread(target=run_client, args=(ship, counting, stop),
                                   name=f"ship-{name}", daemon=True)

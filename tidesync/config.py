@@ -196,7 +196,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
     batch_max_events: int = 10_000
     batch_max_bytes: int = 4 * 1024 * 1024
     zstd_level: int = 3
-    # The uplink token bucket (§13.1) over compressed bytes on the wire; 0 = no limit.
+    # The uplink token bucket (§13.1) over compressed bytes on the wire, applied as upload
+    # bodies are written (tidesync/ship/pacing.py); 0 = no limit.
     uplink_rate_bytes_per_sec: int = 0
     uplink_burst_bytes: int = 1024 * 1024
     # Bounded memory: events held for sending per partition and in all, and records read

@@ -10,6 +10,7 @@ import datetime as dt
 import email.utils
 import http.server
 import json
+import os
 import random
 import threading
 import uuid
@@ -22,6 +23,7 @@ import pytest
 from tests.clocks import rounded_now
 from tidesync.domain.backoff import Backoff
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.transport import (
     Disposition,
     HttpShoreLink,
@@ -39,6 +41,7 @@ from tidesync.wire.signing import (
     RESPONSE_SIGNATURE_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
+    sign_request,
     sign_response,
 )
 
@@ -341,3 +344,33 @@ def test_an_unsigned_401_is_believed() -> None:
     with stub(line) as url, pytest.raises(ShoreRefused) as refused:
         link(url).upload(batch())
     assert refused.value.reason == "NODE_UNKNOWN"
+
+
+def test_a_paced_upload_is_written_in_pieces_and_arrives_whole_and_signed() -> None:
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the pacer's clock moves only while it waits
+        waits.append(seconds)
+
+    pacer = UplinkPacer(1_000_000, 16 * 1024, sleep=sleep, monotonic=lambda: sum(waits))
+    body = codec.compress_bytes(os.urandom(100_000))  # incompressible: about 100 KB
+    answer = pb.UploadBatchResponse(statuses=[pb.EventReceiveStatus(status=pb.RECEIVED)])
+    page = pb.ReceiptsPage(next_cursor="9")
+    with stub((200, {}, codec.compress(answer)), (200, {}, codec.compress(page))) as url:
+        shore = HttpShoreLink(url, "ship-7", SECRET, clock=lambda: NOW, timeout=5.0,
+                              pacer=pacer)
+        assert shore.paces_uplink
+        assert shore.upload(OutgoingBatch(uuid.uuid4(), (), body, 5)).statuses[0].status \
+            == pb.RECEIVED
+        asked = len(waits)
+        shore.receipts("7", 100)  # only upload bodies are paced
+        shore.close()
+    (_, _, headers, arrived), (_, _, _, receipts_body) = Stub.seen
+    assert arrived == body and headers["Content-Length"] == str(len(body))
+    assert "Transfer-Encoding" not in headers
+    again = sign_request("ship-7", SECRET, "POST", "/sync/v1/batches?answer=ranges", arrived,
+                         NOW, headers[REQUEST_ID_HEADER])
+    assert again[SIGNATURE_HEADER] == headers[SIGNATURE_HEADER]
+    # The clock moves only while the pacer waits: every piece after the burst waited.
+    assert asked >= len(body) // (16 * 1024) - 1 and len(waits) == asked
+    assert receipts_body == b""

@@ -25,6 +25,7 @@ from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.dictionaries import BatchDictionaries, DictionaryLink
 from tidesync.ship.downlink import DownlinkSettings
+from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.remote_apply import DownlinkOnlyTables, ShipTargets
 from tidesync.ship.replay import ReplaySettings, ShipReplays
 from tidesync.ship.rule_schema import MySQLSchemaSource, SQLiteSchemaSource
@@ -62,6 +63,13 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
         upload_request_seconds=ship.upload_request_ms / 1000,
         topic_refresh_interval=float(ship.topic_refresh_seconds),
     )
+
+
+def uplink_pacer(ship: ShipConfig) -> UplinkPacer | None:
+    """The pacer that writes upload bodies at `uplink_rate_bytes_per_sec` (None: no limit)."""
+    if ship.uplink_rate_bytes_per_sec <= 0:
+        return None
+    return UplinkPacer(float(ship.uplink_rate_bytes_per_sec), float(ship.uplink_burst_bytes))
 
 
 def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:
@@ -108,14 +116,18 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
     if not ship.kafka_bootstrap_servers:
         raise ValueError("ship.kafka_bootstrap_servers is required")
     dictionaries = None
+    # A link that paces its bodies at the uplink limit is the only limit: the uploads are not
+    # also held to it request by request.
+    paced = bool(getattr(link, "paces_uplink", False))
     if link is None:
         if not ship.secret:
             raise ValueError("ship.secret is required (the node's signing secret)")
         http = HttpShoreLink(ship.shore_url, ship.node_id, secret_from_text(ship.secret),
                              clock=clock, timeout=float(ship.request_timeout_seconds),
                              ssl_context=ship_tls_context(ship),
-                             keep_alive=float(ship.keep_alive_seconds))
-        link = http
+                             keep_alive=float(ship.keep_alive_seconds),
+                             pacer=uplink_pacer(ship))
+        link, paced = http, http.paces_uplink
         if ship.wire_version >= 2 and ship.zstd_dictionary_bytes:
             dictionaries = BatchDictionaries(ship.zstd_dictionary_bytes)
             link = DictionaryLink(http, dictionaries, ship.node_id)
@@ -127,8 +139,10 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
     rules = ship_rules(ship, state, ship_target, activated)
     consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch, rules)
     consumer.side = ship_replays(ship, state, rules)
-    client = ShipClient(client_settings(ship, dictionaries), consumer, state, link, clock=clock,
-                        rules=rules)
+    settings = client_settings(ship, dictionaries)
+    if paced:
+        settings = dataclasses.replace(settings, uplink_rate=0.0)
+    client = ShipClient(settings, consumer, state, link, clock=clock, rules=rules)
     client.sync_states = SnapshotSyncStates(*_snapshot_capture(activated),
                                             lambda: rules.current.rules.rules, state.watermarks)
     if ship_target is not None and ship_target.enabled:

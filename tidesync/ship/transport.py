@@ -20,7 +20,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Protocol
@@ -28,6 +28,7 @@ from typing import Protocol
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.retries import LinkRecovery as LinkRecovery
 from tidesync.ship.retries import RetrySchedule as RetrySchedule
 from tidesync.wire import codec
@@ -180,7 +181,8 @@ class HttpShoreLink:
     def __init__(self, url: str, node_id: str, secret: bytes, *, clock: Clock,
                  timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 keep_alive: float = 60.0, probe_timeout: float = 10.0) -> None:
+                 keep_alive: float = 60.0, probe_timeout: float = 10.0,
+                 pacer: UplinkPacer | None = None) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError("the shore URL must be http(s)://host[:port]")
@@ -189,6 +191,8 @@ class HttpShoreLink:
         self.node_id, self.secret, self.clock = node_id, secret, clock
         self.timeout, self.ssl_context, self.monotonic = timeout, ssl_context, monotonic
         self.keep_alive, self.probe_timeout = keep_alive, min(probe_timeout, timeout)
+        self.pacer = pacer
+        """Writes upload bodies at the uplink limit (`tidesync.ship.pacing`); None: at once."""
         self._local = _ThreadConnection()
         self._open_connections: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
@@ -202,7 +206,7 @@ class HttpShoreLink:
         does not know ranges answers every event). A request whose answer is lost is not sent
         again here: the caller asks the batch's fate first."""
         raw = self._request("POST", f"{BATCHES_PATH}?answer=ranges", batch.body,
-                            resend_unanswered=False)
+                            resend_unanswered=False, paced=True)
         return _parse(raw, pb.UploadBatchResponse)
 
     def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
@@ -296,8 +300,13 @@ class HttpShoreLink:
             counters.connections_opened += opened
             counters.closed_by_peer += closed
 
+    @property
+    def paces_uplink(self) -> bool:
+        """Upload bodies are written at the uplink limit."""
+        return self.pacer is not None
+
     def _request(self, method: str, target: str, body: bytes, *,
-                 resend_unanswered: bool = True) -> bytes:
+                 resend_unanswered: bool = True, paced: bool = False) -> bytes:
         """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused.
 
         A kept-alive connection the shore has meanwhile closed as idle fails on first use;
@@ -308,27 +317,27 @@ class HttpShoreLink:
         keeps a request that went out whole from going again (an upload: its fate is asked)."""
         target = self.prefix + target
         try:
-            return self._send_reopening(method, target, body, resend_unanswered)
+            return self._send_reopening(method, target, body, resend_unanswered, paced)
         except ShoreRefused as refused:
             if refused.reason != CLOCK_SKEW_REASON or refused.server_time is None:
                 raise
             self._learn_offset(refused.server_time)
-        return self._send_reopening(method, target, body, resend_unanswered)
+        return self._send_reopening(method, target, body, resend_unanswered, paced)
 
     def _send_reopening(self, method: str, target: str, body: bytes,
-                        resend_unanswered: bool) -> bytes:
+                        resend_unanswered: bool, paced: bool) -> bytes:
         local = self._local
         if (local.connection is not None
                 and self.monotonic() - local.used_at > self.keep_alive):
             self._drop()  # idle too long: the shore may be closing it right now
         reused = local.connection is not None
         try:
-            return self._send(method, target, body)
+            return self._send(method, target, body, paced)
         except _ConnectionClosed as closed:
             if not reused or (closed.answer_lost and not resend_unanswered):
                 raise
             self._count(closed=1)
-        return self._send(method, target, body)
+        return self._send(method, target, body, paced)
 
     def _learn_offset(self, server_time: dt.datetime) -> None:
         # The answer left the shore at most a round trip ago: well inside its window.
@@ -340,18 +349,31 @@ class HttpShoreLink:
         """The time requests are signed with: the local clock corrected to the shore's."""
         return self.clock() + self.clock_offset
 
-    def _send(self, method: str, target: str, body: bytes) -> bytes:
+    def _send(self, method: str, target: str, body: bytes, paced: bool = False) -> bytes:
         headers = {"Content-Type": PROTOBUF, "Content-Encoding": "zstd",
                    "Accept-Encoding": "zstd",
                    codec.PROTOCOL_VERSION_HEADER: codec.PROTOCOL_VERSION,
                    **sign_request(self.node_id, self.secret, method, target, body, self.now(),
                                   str(uuid.uuid4()))}
+        payload: bytes | Generator[bytes] | None = body or None
+        if paced and self.pacer is not None and body:
+            # Written piece by piece as the limit allows; the length is known up front.
+            payload = self.pacer.pieces(body)
+            headers["Content-Length"] = str(len(body))
+        try:
+            return self._exchange(method, target, body, payload, headers)
+        finally:
+            if isinstance(payload, Generator):
+                payload.close()  # a write cut short gives the next body its turn now
+
+    def _exchange(self, method: str, target: str, body: bytes,
+                  payload: bytes | Generator[bytes] | None, headers: dict[str, str]) -> bytes:
         started = self.monotonic()
         self._count(sent=len(body))
         sent = False
         try:
             connection = self._open()
-            connection.request(method, target, body=body or None, headers=headers)
+            connection.request(method, target, body=payload, headers=headers)
             sent = True
             response = connection.getresponse()
             answer = response.read(MAX_RESPONSE_BYTES + 1)
