@@ -63,7 +63,7 @@ from tidesync.migrations import migrate_postgres
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.shore_answers import batch_answers
 from tidesync.ship.state import ReceiveOutcome
-from tidesync.ship.transport import HttpShoreLink, LinkDown, LinkReason
+from tidesync.ship.transport import BatchUnknown, HttpShoreLink, LinkDown, LinkReason
 from tidesync.wire import sync_pb2 as pb
 
 RATE = 128 * 1024
@@ -255,14 +255,15 @@ class CountingLink:
         finally:
             self._leave()
 
-    def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+    def batch_fate(self, batch_id: uuid.UUID, body: bytes | None = None
+                   ) -> pb.UploadBatchResponse | BatchUnknown | None:
         self._enter()
         try:
             self.fates += 1
-            response = self.inner.batch_fate(batch_id)
+            response = self.inner.batch_fate(batch_id, body)
             self.answered.append(time.monotonic())
             batch = self._unanswered.get(batch_id)
-            if response is not None and batch is not None:
+            if isinstance(response, pb.UploadBatchResponse) and batch is not None:
                 self._count(batch, response)
             return response
         finally:

@@ -5,6 +5,11 @@ new still gets one status per event."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import socket
+import time
+import urllib.parse
 import uuid
 from typing import Any
 
@@ -15,8 +20,10 @@ from tests.integration.test_ingress import Ship, batch_body, make_event
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.shore_answers import batch_answers
 from tidesync.ship.state import ReceiveOutcome
-from tidesync.ship.transport import HttpShoreLink, ShoreRefused
+from tidesync.ship.transport import BatchUnknown, HttpShoreLink, ShoreRefused
+from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.signing import sign_request
 
 pytestmark = pytest.mark.services
 
@@ -71,3 +78,78 @@ def test_a_ship_that_asks_for_no_ranges_gets_one_status_per_event(ship: Ship) ->
         pb.UploadBatchResponse)
     assert [s.status for s in answer.statuses] == [pb.RECEIVED] * 5
     assert not answer.received
+
+
+def _cut_upload(node: Ship, body: bytes, sent: int) -> None:
+    """An upload of `body` whose connection ends after `sent` bytes of it (an outage)."""
+    target = "/sync/v1/batches?answer=ranges"
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "zstd",
+               codec.PROTOCOL_VERSION_HEADER: codec.PROTOCOL_VERSION,
+               "Content-Length": str(len(body)),
+               **sign_request(node.node_id, node.secret, "POST", target, body, node.clock(),
+                              str(uuid.uuid4()))}
+    address = urllib.parse.urlsplit(node.client.url)
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        head = f"POST {target} HTTP/1.1\r\nHost: {address.netloc}\r\n" + "".join(
+            f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+        connection.sendall(head.encode("latin-1") + body[:sent])
+
+
+def _kept(link: HttpShoreLink, batch: OutgoingBatch) -> BatchUnknown:
+    deadline = time.monotonic() + 30
+    while True:
+        fate = link.batch_fate(batch.batch_id, batch.body)
+        if isinstance(fate, BatchUnknown):
+            return fate
+        assert fate is None and time.monotonic() < deadline, "the shore kept no part"
+        time.sleep(0.05)
+
+
+def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
+    events = [make_event(ship.node_id, number, amount=f"{number}.{number % 97:02d}")
+              for number in range(3000)]
+    batch_id = uuid.uuid4()
+    body = batch_body(ship.node_id, events, batch_id=batch_id)
+    batch = OutgoingBatch(batch_id, tuple(events), body, 0)
+    assert len(body) > 64 * 1024
+    link = shore_link(ship)
+    try:
+        _cut_upload(ship, body, len(body) // 2)
+        kept = _kept(link, batch)
+        assert 16 * 1024 <= kept.resume_from <= len(body) // 2
+        # The rest alone, signed over itself, completes the batch.
+        answer = link.upload(dataclasses.replace(batch, resume_from=kept.resume_from))
+        answers = batch_answers(events, answer)
+        assert len(answers) == len(events)
+        assert {a.outcome for a in answers} == {ReceiveOutcome.RECEIVED}
+        assert link.batch_fate(batch_id, body) == answer  # the batch is in, whole
+        # What was kept is gone once used: a second resume of it is refused, never guessed.
+        with pytest.raises(ShoreRefused) as refused:
+            link.upload(dataclasses.replace(batch, resume_from=kept.resume_from))
+        assert (refused.value.status, refused.value.reason) == (409, "RESUME_UNKNOWN")
+    finally:
+        link.close()
+
+
+def test_a_rest_that_does_not_complete_the_body_is_refused(ship: Ship) -> None:
+    events = [make_event(ship.node_id, number, amount=f"{number}.{number % 89:02d}")
+              for number in range(3000)]
+    batch_id = uuid.uuid4()
+    body = batch_body(ship.node_id, events, batch_id=batch_id)
+    batch = OutgoingBatch(batch_id, tuple(events), body, 0)
+    link = shore_link(ship)
+    try:
+        _cut_upload(ship, body, len(body) // 2)
+        kept = _kept(link, batch)
+        # Another body's rest, under this body's digest: the joined bytes are not the body.
+        whole = hashlib.sha256(body).hexdigest()
+        with pytest.raises(ShoreRefused) as refused:
+            link._request("POST", f"/sync/v1/batches?answer=ranges&resume={kept.resume_from}"
+                          f".{whole}", bytes(len(body) - kept.resume_from),
+                          resend_unanswered=False)
+        assert (refused.value.status, refused.value.reason) == (400, "RESUME_MISMATCH")
+        assert link.batch_fate(batch_id, body) is None  # nothing of it was taken in
+        answer = link.upload(batch)  # the whole body still goes
+        assert len(batch_answers(events, answer)) == len(events)
+    finally:
+        link.close()

@@ -23,7 +23,13 @@ from tidesync.ship.pace import LinkPace, PaceSettings
 from tidesync.ship.retries import LinkRecovery, RetrySchedule
 from tidesync.ship.state import Progress, SQLiteShipState
 from tidesync.ship.telemetry import HealthState, Subsystem
-from tidesync.ship.transport import LinkDown, LinkError, LinkReason
+from tidesync.ship.transport import (
+    BatchUnknown,
+    LinkDown,
+    LinkError,
+    LinkReason,
+    ShoreRefused,
+)
 from tidesync.ship.uploader import UploadPipeline
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
@@ -33,17 +39,30 @@ class FakeShore:
     """Keeps what arrived by event id and the answers by batch id; `lose` answers go missing
     after the batch arrived, `drop` batches never arrive."""
 
-    def __init__(self, *, lose: int = 0, drop: int = 0, fate: bool = True) -> None:
+    def __init__(self, *, lose: int = 0, drop: int = 0, fate: bool = True,
+                 keep_part: bool = False, forget: int = 0) -> None:
         self.lose, self.drop, self.knows_fate = lose, drop, fate
+        self.keep_part, self.forget = keep_part, forget
         self.uploads: list[OutgoingBatch] = []
         self.fates: list[uuid.UUID] = []
         self.stored: set[bytes] = set()
         self.answers: dict[uuid.UUID, pb.UploadBatchResponse] = {}
+        self.kept: dict[uuid.UUID, int] = {}
+        """The first bytes of a dropped batch's body the shore kept (`keep_part`)."""
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
         self.uploads.append(batch)
+        if batch.resume_from and (self.forget or self.kept.pop(batch.batch_id, None)
+                                  != batch.resume_from):
+            self.forget -= 1
+            raise ShoreRefused("RESUME_UNKNOWN", "no part kept", status=409)
         if self.drop:
             self.drop -= 1
+            if self.keep_part:  # cut mid-body: the shore keeps the first half
+                self.kept[batch.batch_id] = len(batch.body) // 2
+                error = LinkDown(LinkReason.NETWORK_ERROR, "reset while writing the body")
+                error.body_cut = True
+                raise error
             raise _lost("reset while sending")
         raw = codec.decompress_bytes(batch.body, 1 << 24, 1 << 26)
         message = codec.open_batch(codec.compress_bytes(raw), 1 << 24, 1 << 26)[1]
@@ -63,8 +82,11 @@ class FakeShore:
             return self._fate
         raise AttributeError(name)
 
-    def _fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+    def _fate(self, batch_id: uuid.UUID, body: bytes | None = None
+              ) -> pb.UploadBatchResponse | BatchUnknown | None:
         self.fates.append(batch_id)
+        if batch_id in self.kept and body is not None:
+            return BatchUnknown(self.kept[batch_id])
         return self.answers.get(batch_id)
 
 
@@ -140,6 +162,28 @@ def test_a_batch_the_shore_never_got_goes_again_with_its_id_and_body(
     assert (again.batch_id, again.body) == (first.batch_id, first.body)
     assert shore.fates == [first.batch_id]
     assert hooks.received == set(ids)
+
+
+def test_a_batch_cut_mid_body_goes_on_with_the_rest_the_shore_lacks(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), FakeShore(drop=1, keep_part=True)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    run(uploads, clock)
+    first, rest = shore.uploads
+    assert (rest.batch_id, rest.body) == (first.batch_id, first.body)
+    assert (first.resume_from, rest.resume_from) == (0, len(first.body) // 2)
+    assert shore.fates == [first.batch_id]
+    assert hooks.received == set(ids)
+
+
+def test_a_resume_the_shore_refuses_sends_the_whole_batch(state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), FakeShore(drop=1, keep_part=True, forget=1)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    run(uploads, clock)
+    first, rest, whole = shore.uploads
+    assert rest.resume_from == len(first.body) // 2 and whole.resume_from == 0
+    assert whole.body == first.body
+    assert hooks.received == set(ids)  # and the node was never blocked
 
 
 def test_a_shore_that_keeps_no_answers_gets_the_same_batch_again(
@@ -253,7 +297,8 @@ class HeldFates(FakeShore):
         super().__init__(lose=3)
         self.release = threading.Event()
 
-    def _fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+    def _fate(self, batch_id: uuid.UUID, body: bytes | None = None
+              ) -> pb.UploadBatchResponse | None:
         assert self.release.wait(30)
         return super()._fate(batch_id)
 

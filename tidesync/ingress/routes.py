@@ -10,8 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from google.protobuf.message import Message
@@ -59,11 +61,17 @@ from tidesync.ingress.rules import (
     config_response,
 )
 from tidesync.ingress.stores import SyncTables
+from tidesync.ingress.upload_bodies import (
+    PartialUploads,
+    ResumeRefused,
+    body_digest,
+    read_body,
+    upload_body,
+)
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import (
     PROTOCOL_VERSION_HEADER,
-    PayloadTooLarge,
     UnsupportedProtocol,
     WireError,
     WireReason,
@@ -110,6 +118,7 @@ class IngressError(TidesyncError):
                  retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.reason, self.retry_after = status, reason, retry_after
+        self.resume_from = 0
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,7 @@ class Ingress:
         self.downlink: DownlinkApi | None = None
         self.downlink_refusal = "the downlink is not configured on this server"
         self.dictionaries = DictionaryCache(tables.dictionaries if tables else None)
+        self.partials = PartialUploads()
 
     def use_downlink(self, downlink: DownlinkApi | None, refusal: str = "") -> None:
         """Serve the command endpoints from `downlink`; None answers them 503 with
@@ -175,7 +185,8 @@ class Ingress:
         max_batch = self.settings.max_compressed_bytes
         heartbeat = min(max_batch, HEARTBEAT_MAX_BYTES)
         return [
-            Route("/sync/v1/batches", self._endpoint(self._upload, max_batch), methods=["POST"]),
+            Route("/sync/v1/batches", self._endpoint(self._upload, max_batch, resumable=True),
+                  methods=["POST"]),
             Route("/sync/v1/batches/{batch_id}", self._endpoint(self._batch_fate, 0),
                   methods=["GET"]),
             Route("/sync/v1/receipts", self._endpoint(self._receipts, 0), methods=["GET"]),
@@ -237,13 +248,18 @@ class Ingress:
         except BadBatchId as error:
             raise IngressError(400, IngressReason.BAD_BATCH_ID, str(error)) from None
         answers = self._tables().answers
+        digest = body_digest(call.request.query_params.get("body"))
 
         def recall(conn: Any) -> Message:
             answer = (None if answers is None
                       else answers._recall(conn, call.node_id, batch_id, call.now))
             if answer is None:
-                raise IngressError(404, IngressReason.BATCH_UNKNOWN,
-                                   "no answer to this batch is known")
+                unknown = IngressError(404, IngressReason.BATCH_UNKNOWN,
+                                       "no answer to this batch is known")
+                if digest is not None:  # the part of its body kept, if it was cut off
+                    unknown.resume_from = len(self.partials.held(call.node_id, digest,
+                                                                 time.monotonic()))
+                raise unknown
             return answer
         return recall
 
@@ -372,20 +388,21 @@ class Ingress:
 
     # ------------------------------------------------------------------------ the gate
 
-    def _endpoint(self, handler: Handler, body_limit: int
+    def _endpoint(self, handler: Handler, body_limit: int, resumable: bool = False
                   ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             request_id = request.headers.get("tidesync-request-id", "")[:128]
             signer = ResponseSigner()
             try:
-                response = await self._authenticated(request, handler, body_limit, signer)
+                response = await self._authenticated(request, handler, body_limit, signer,
+                                                     resumable)
             except Exception as error:  # noqa: BLE001 - every failure becomes an ErrorResponse
                 response = _error_answer(error, request, request_id, self.clock())
             return signer.sign(request, response)
         return endpoint
 
-    async def _authenticated(self, request: Request, handler: Handler,
-                             body_limit: int, signer: ResponseSigner) -> Response:
+    async def _authenticated(self, request: Request, handler: Handler, body_limit: int,
+                             signer: ResponseSigner, resumable: bool) -> Response:
         signed = signed_request(request.headers)
         now = self.clock()
         check_timestamp(signed, now, self.settings.window)
@@ -393,9 +410,13 @@ class Ingress:
         check_identity(signed, self.identity.identity(request.scope))
         # The server's slots go to authenticated nodes only: unsigned floods cannot take them.
         with self.limiter.request_slot(), self.limiter.node_slot(signed.node_id):
-            body = await read_body(request, body_limit)
-            self.limiter.charge_bytes(signed.node_id, len(body))
-            check_body(signed, body)
+            if resumable:  # an upload: cut off, it is kept in part (upload_bodies)
+                body = await upload_body(self.partials, request, signed, body_limit, partial(
+                    self.limiter.charge_bytes, signed.node_id))
+            else:
+                body = await read_body(request, body_limit)
+                self.limiter.charge_bytes(signed.node_id, len(body))
+                check_body(signed, body)
             call = Call(signed.node_id, signed, request, body, now)
             message = await run_in_threadpool(self._handle, handler, call)
         return protobuf_response(message)
@@ -468,21 +489,6 @@ def request_target(scope: Mapping[str, Any]) -> str:
     return (path + b"?" + query if query else path).decode("latin-1")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, read in chunks and abandoned as soon as it passes `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"body of {declared} bytes exceeds {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"body exceeds {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def protobuf_response(message: Message, status: int = 200,
                       headers: dict[str, str] | None = None) -> Response:
     return Response(codec.compress(message), status_code=status, media_type=PROTOBUF,
@@ -501,6 +507,8 @@ def _error_answer(error: Exception, request: Request, request_id: str,
             error.supported if isinstance(error, UnsupportedProtocol)
             else codec.SUPPORTED_PROTOCOL_VERSIONS)
     headers: dict[str, str] = {}
+    if isinstance(error, IngressError) and error.resume_from:
+        body.resume_from = error.resume_from
     if retry_after is not None:
         body.retry_after_seconds = retry_after
         headers["Retry-After"] = str(retry_after)
@@ -521,6 +529,8 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
         return 429, error.reason.value, error.retry_after
     if isinstance(error, IngressError):
         return error.status, error.reason, error.retry_after
+    if isinstance(error, ResumeRefused):
+        return error.status, error.reason, None
     if isinstance(error, WireError):
         return _wire_status(error), error.reason.value, None
     if isinstance(error, StoreUnavailable | NodeStoreUnavailable | DownlinkUnavailable

@@ -65,6 +65,9 @@ class OutgoingBatch:
     uncompressed_bytes: int
     wire_version: int = 1
     """The upload format of `body` (1: UploadBatch, 2: UploadBatchV2)."""
+    resume_from: int = 0
+    """The first bytes of `body` the shore kept from an upload cut off mid-way: only the
+    rest goes (0: all of it)."""
 
     @property
     def event_ids(self) -> list[uuid.UUID]:

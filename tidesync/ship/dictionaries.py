@@ -239,7 +239,7 @@ class DictionaryLink:
             if body is None:
                 raise LinkError(WireReason.UNKNOWN_DICTIONARY,
                                 "the batch's dictionary is gone; it is built again")
-            batch = dataclasses.replace(batch, body=body)
+            batch = dataclasses.replace(batch, body=body, resume_from=0)
         return self.link.upload(batch)
 
     def _send_waiting(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import hashlib
 import http.client
 import logging
 import socket
@@ -55,6 +56,8 @@ MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
 CLOCK_SKEW_REASON = "AUTH_EXPIRED_TIMESTAMP"
 BATCH_UNKNOWN = "BATCH_UNKNOWN"
+RESUME_REFUSALS = frozenset({"RESUME_UNKNOWN", "RESUME_MISMATCH", "BAD_RESUME"})
+"""A resumed upload the shore cannot complete: the whole body goes again."""
 _RETRYABLE_REASONS = frozenset({CLOCK_SKEW_REASON, "AUTH_REPLAYED"})
 """401s that a new request fixes (a corrected clock, a fresh request id): never a block."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -88,6 +91,9 @@ class LinkError(TidesyncError):
     answer_lost: bool = False
     """The whole request went out and its answer did not come back: the shore may have
     acted on it (an upload's fate is then asked before the batch goes again)."""
+    body_cut: bool = False
+    """The connection failed while the body was being written: part of it may have arrived
+    (an upload's fate is asked too: the shore may keep that part)."""
 
     def __init__(self, reason: str, message: str, *, status: int | None = None,
                  retry_after: float | None = None) -> None:
@@ -109,6 +115,14 @@ class _ConnectionClosed(LinkDown):
     """The peer hung up or reset the connection under the request."""
 
 
+@dataclass(frozen=True)
+class BatchUnknown:
+    """The shore has no answer to a batch but keeps the first `resume_from` bytes of its body
+    (an upload cut off mid-way): only the rest needs to go."""
+
+    resume_from: int
+
+
 class ShoreRefused(LinkError):
     """The shore answered with an error status and (normally) an ErrorResponse."""
 
@@ -120,6 +134,8 @@ class ShoreRefused(LinkError):
         super().__init__(reason, message, status=status, retry_after=retry_after)
         self.disposition = disposition_of(status, reason)
         self.server_time = server_time
+        self.resume_from = 0
+        """BATCH_UNKNOWN: the bytes of the batch's body the shore kept from a cut upload."""
 
 
 def disposition_of(status: int, reason: str = "") -> Disposition:
@@ -205,19 +221,27 @@ class HttpShoreLink:
         """Send the batch; the shore answers events RECEIVED by offset ranges (a shore that
         does not know ranges answers every event). A request whose answer is lost is not sent
         again here: the caller asks the batch's fate first."""
-        raw = self._request("POST", f"{BATCHES_PATH}?answer=ranges", batch.body,
-                            resend_unanswered=False, paced=True)
+        body, target = batch.body, f"{BATCHES_PATH}?answer=ranges"
+        if 0 < batch.resume_from < len(batch.body):  # the shore kept the first bytes
+            whole = hashlib.sha256(batch.body).hexdigest()
+            body, target = batch.body[batch.resume_from:], \
+                f"{target}&resume={batch.resume_from}.{whole}"
+        raw = self._request("POST", target, body, resend_unanswered=False, paced=True)
         return _parse(raw, pb.UploadBatchResponse)
 
-    def batch_fate(self, batch_id: uuid.UUID) -> pb.UploadBatchResponse | None:
+    def batch_fate(self, batch_id: uuid.UUID, body: bytes | None = None
+                   ) -> pb.UploadBatchResponse | BatchUnknown | None:
         """What the shore answered the batch `batch_id`, or None when it does not know the
-        batch (it never arrived whole). Raises ShoreRefused when the shore cannot tell (a
+        batch (it never arrived whole); BatchUnknown when it keeps the first bytes of `body`
+        from an upload cut off mid-way. Raises ShoreRefused when the shore cannot tell (a
         shore without this request answers an unsigned 404: LinkDown RESPONSE_UNSIGNED)."""
+        query = f"?body={hashlib.sha256(body).hexdigest()}" if body else ""
         try:
-            raw = self._request("GET", f"{BATCHES_PATH}/{batch_id.hex}", b"")
+            raw = self._request("GET", f"{BATCHES_PATH}/{batch_id.hex}{query}", b"")
         except ShoreRefused as refused:
             if refused.status == 404 and refused.reason == BATCH_UNKNOWN:
-                return None
+                kept = refused.resume_from if body and refused.resume_from < len(body) else 0
+                return BatchUnknown(kept) if kept else None
             raise
         return _parse(raw, pb.UploadBatchResponse)
 
@@ -334,7 +358,8 @@ class HttpShoreLink:
         try:
             return self._send(method, target, body, paced)
         except _ConnectionClosed as closed:
-            if not reused or (closed.answer_lost and not resend_unanswered):
+            if not reused or (not resend_unanswered and (closed.answer_lost
+                                                         or closed.body_cut)):
                 raise
             self._count(closed=1)
         return self._send(method, target, body, paced)
@@ -370,9 +395,10 @@ class HttpShoreLink:
                   payload: bytes | Generator[bytes] | None, headers: dict[str, str]) -> bytes:
         started = self.monotonic()
         self._count(sent=len(body))
-        sent = False
+        sent = writing = False
         try:
             connection = self._open()
+            writing = bool(body)
             connection.request(method, target, body=payload, headers=headers)
             sent = True
             response = connection.getresponse()
@@ -382,17 +408,19 @@ class HttpShoreLink:
             answer_signature = response.getheader(RESPONSE_SIGNATURE_HEADER)
         except TimeoutError as error:
             self._drop()
-            raise _down(LinkDown(LinkReason.TIMEOUT, f"{method} timed out"), sent) from error
+            raise _down(LinkDown(LinkReason.TIMEOUT, f"{method} timed out"), sent,
+                        writing) from error
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                 ConnectionAbortedError) as error:
             self._drop()
             raise _down(_ConnectionClosed(LinkReason.NETWORK_ERROR,
                                           f"{method} failed: {type(error).__name__}"),
-                        sent) from error
+                        sent, writing) from error
         except (OSError, http.client.HTTPException) as error:
             self._drop()
             raise _down(LinkDown(LinkReason.NETWORK_ERROR,
-                                 f"{method} failed: {type(error).__name__}"), sent) from error
+                                 f"{method} failed: {type(error).__name__}"), sent,
+                        writing) from error
         self._local.used_at = self.monotonic()
         if response.will_close:
             self._drop()
@@ -463,8 +491,9 @@ def tls_context(ca_file: str = "", client_cert_file: str = "",
     return context
 
 
-def _down(error: LinkDown, answer_lost: bool) -> LinkDown:
+def _down(error: LinkDown, answer_lost: bool, writing: bool = False) -> LinkDown:
     error.answer_lost = answer_lost
+    error.body_cut = writing and not answer_lost
     return error
 
 
@@ -494,8 +523,10 @@ def _refused(status: int, answer: bytes, retry_after: float | None) -> ShoreRefu
         if error.HasField("retry_after_seconds") and retry_after is None:
             retry_after = float(error.retry_after_seconds)
         server_time = _moment(error.server_time_micros)
-    return ShoreRefused(reason, message, status=status, retry_after=retry_after,
-                        server_time=server_time)
+    refused = ShoreRefused(reason, message, status=status, retry_after=retry_after,
+                           server_time=server_time)
+    refused.resume_from = error.resume_from if error is not None else 0
+    return refused
 
 
 def _moment(micros: int) -> dt.datetime | None:

@@ -41,6 +41,8 @@ from tidesync.ship.state import (
 )
 from tidesync.ship.telemetry import HealthState, Subsystem
 from tidesync.ship.transport import (
+    RESUME_REFUSALS,
+    BatchUnknown,
     Disposition,
     LinkDown,
     LinkError,
@@ -58,7 +60,8 @@ _COMPRESSION_GUESS = 0.25
 _TOO_MANY_CONCURRENT = "TOO_MANY_CONCURRENT_REQUESTS"
 _TOO_MANY_EVENTS = "TOO_MANY_EVENTS"
 
-Answer = pb.UploadBatchResponse | None
+Answer = pb.UploadBatchResponse | BatchUnknown | None
+"""An upload's answer, or a fate question's (BatchUnknown: the shore kept part of the body)."""
 
 
 class PipelineHooks(Protocol):
@@ -182,7 +185,7 @@ class UploadPipeline:
                 fate = getattr(self.link, "batch_fate", None)
                 if held.ask_fate and fate is not None:
                     self.fates_asked += 1
-                    self._launch(held.batch, True, _asking(fate, held.batch.batch_id))
+                    self._launch(held.batch, True, _asking(fate, held.batch))
                     continue
                 if not self._spend(len(held.batch.body), now):
                     self.held.appendleft(held)
@@ -254,7 +257,7 @@ class UploadPipeline:
     def _launch(self, batch: OutgoingBatch, asks_fate: bool,
                 call: Callable[[], Answer], estimate: int = 0) -> None:
         now = self.monotonic()
-        size = 0 if asks_fate else len(batch.body)
+        size = 0 if asks_fate else _sent(batch)
         self.pace.started(size, now)
         if self._executor is not None:
             future = self._executor.submit(call)
@@ -282,7 +285,7 @@ class UploadPipeline:
         for flight in [f for f in self.flights if f.future.done()]:
             self.flights.remove(flight)
             now = self.monotonic()
-            size = 0 if flight.asks_fate else len(flight.batch.body)
+            size = 0 if flight.asks_fate else _sent(flight.batch)
             try:
                 answer = flight.future.result()
             except LinkError as error:
@@ -299,8 +302,12 @@ class UploadPipeline:
                 continue
             self.pace.ended(size, now, now - flight.started, answered=True)
             self.retry.succeeded()
-            if answer is None:  # the shore never had the whole batch: it goes again
-                self.held.appendleft(_Held(flight.batch, ask_fate=False))
+            if answer is None or isinstance(answer, BatchUnknown):
+                # The shore never had the whole batch: it goes again, only the rest of it
+                # when the shore kept the first bytes of the cut upload.
+                kept = answer.resume_from if answer is not None else 0
+                self.held.appendleft(_Held(dataclasses.replace(flight.batch, resume_from=kept),
+                                           ask_fate=False))
                 continue
             self.uploaded_batches += not flight.asks_fate
             self._answered(flight.batch, answer, flight.asks_fate)
@@ -353,6 +360,13 @@ class UploadPipeline:
 
     def _failed(self, batch: OutgoingBatch, error: LinkError) -> None:
         ids = batch.event_ids
+        if batch.resume_from and isinstance(error, ShoreRefused):
+            # The shore answered: it no longer keeps the part this upload continued (it took
+            # it, or never held it), so the whole body goes from now on.
+            batch = dataclasses.replace(batch, resume_from=0)
+            if error.reason in RESUME_REFUSALS:
+                self.held.appendleft(_Held(batch, ask_fate=False))
+                return
         if error.disposition is Disposition.SPLIT:
             self._split(batch, error)
             return
@@ -374,7 +388,7 @@ class UploadPipeline:
             log.warning("the shore takes fewer requests side by side: %d uploads in flight"
                         " from now on", self.slots)
         self.state.mark(ids, EventState.RETRY_WAIT)
-        self.held.append(_Held(batch, ask_fate=error.answer_lost))
+        self.held.append(_Held(batch, ask_fate=error.answer_lost or error.body_cut))
         self._schedule(error, "upload of batch", batch)
 
     def _schedule(self, error: LinkError, what: str, batch: OutgoingBatch) -> None:
@@ -417,5 +431,11 @@ class UploadPipeline:
         log.error("%d events cannot be encoded and are blocked", len(bad))
 
 
-def _asking(fate: Callable[[uuid.UUID], Answer], batch_id: uuid.UUID) -> Callable[[], Answer]:
-    return lambda: fate(batch_id)
+def _asking(fate: Callable[[uuid.UUID, bytes], Answer], batch: OutgoingBatch
+            ) -> Callable[[], Answer]:
+    return lambda: fate(batch.batch_id, batch.body)
+
+
+def _sent(batch: OutgoingBatch) -> int:
+    """The body bytes an upload of `batch` sends (less what the shore kept of a cut one)."""
+    return len(batch.body) - batch.resume_from

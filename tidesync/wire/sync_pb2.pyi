@@ -912,20 +912,22 @@ class ConfigResponse(_message.Message):
     def __init__(self, config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleSnapshot, _Mapping]]] = ..., control: _Optional[_Union[ControlParameters, _Mapping]] = ...) -> None: ...
 
 class ErrorResponse(_message.Message):
-    __slots__ = ("reason_code", "message", "retry_after_seconds", "supported_protocol_versions", "request_id", "server_time_micros")
+    __slots__ = ("reason_code", "message", "retry_after_seconds", "supported_protocol_versions", "request_id", "server_time_micros", "resume_from")
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SUPPORTED_PROTOCOL_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SERVER_TIME_MICROS_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     reason_code: str
     message: str
     retry_after_seconds: int
     supported_protocol_versions: _containers.RepeatedScalarFieldContainer[str]
     request_id: str
     server_time_micros: int
-    def __init__(self, reason_code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_seconds: _Optional[int] = ..., supported_protocol_versions: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., server_time_micros: _Optional[int] = ...) -> None: ...
+    resume_from: int
+    def __init__(self, reason_code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_seconds: _Optional[int] = ..., supported_protocol_versions: _Optional[_Iterable[str]] = ..., request_id: _Optional[str] = ..., server_time_micros: _Optional[int] = ..., resume_from: _Optional[int] = ...) -> None: ...
 
 class WireDictionary(_message.Message):
     __slots__ = ("protocol_version", "node_id", "dictionary")
