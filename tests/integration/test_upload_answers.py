@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration import test_ingress as base
 from tests.integration.test_ingress import Ship, batch_body, make_event
+from tidesync.domain.change_event import ChangeEvent
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.shore_answers import batch_answers
 from tidesync.ship.state import ReceiveOutcome
@@ -105,13 +106,20 @@ def _kept(link: HttpShoreLink, batch: OutgoingBatch) -> BatchUnknown:
         time.sleep(0.05)
 
 
-def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
-    events = [make_event(ship.node_id, number, amount=f"{number}.{number % 97:02d}")
+def _large_batch(node: Ship) -> tuple[list[ChangeEvent], OutgoingBatch]:
+    """3,000 events: a body of well over 64 KiB."""
+    events = [make_event(node.node_id, number, amount=f"{number}.{number % 97:02d}")
               for number in range(3000)]
     batch_id = uuid.uuid4()
-    body = batch_body(ship.node_id, events, batch_id=batch_id)
-    batch = OutgoingBatch(batch_id, tuple(events), body, 0)
-    assert len(body) > 64 * 1024
+    batch = OutgoingBatch(batch_id, tuple(events),
+                          batch_body(node.node_id, events, batch_id=batch_id), 0)
+    assert len(batch.body) > 64 * 1024
+    return events, batch
+
+
+def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
+    events, batch = _large_batch(ship)
+    batch_id, body = batch.batch_id, batch.body
     link = shore_link(ship)
     try:
         _cut_upload(ship, body, len(body) // 2)
@@ -132,11 +140,8 @@ def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
 
 
 def test_a_rest_that_does_not_complete_the_body_is_refused(ship: Ship) -> None:
-    events = [make_event(ship.node_id, number, amount=f"{number}.{number % 89:02d}")
-              for number in range(3000)]
-    batch_id = uuid.uuid4()
-    body = batch_body(ship.node_id, events, batch_id=batch_id)
-    batch = OutgoingBatch(batch_id, tuple(events), body, 0)
+    events, batch = _large_batch(ship)
+    batch_id, body = batch.batch_id, batch.body
     link = shore_link(ship)
     try:
         _cut_upload(ship, body, len(body) // 2)
