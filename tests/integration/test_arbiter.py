@@ -343,6 +343,36 @@ def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
     assert len(reports) == 1 and reports[0].exc_info is None
 
 
+def test_commands_that_cannot_be_followed_up_hold_up_none_answered_after_them(
+        shore, target_db, shore_mariadb, downlink, caplog):
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
+                       Policy(PolicyName.SHORE_WINS))
+    setup.arbiter.follow_up_batch = 1  # one command per round: the first one answered
+    issued = []
+    for number in (1, 2):
+        missing_case, decision_id = uuid.uuid4(), uuid.uuid4()
+        record = RecordKey.of(setup.ship.database, "items", {"id": number})
+        (command,) = downlink.issue([NewCommand(
+            node_id=setup.ship.node_id, kind=CommandKind.CONFLICT_DECISION,
+            source_id=decision_id,
+            payload=DecisionPayload(decision_id, missing_case, "table:x.items", None, record,
+                                    None, {"name": "n", "qty": 1, "price": Decimal("1.00")},
+                                    Revision(uuid.uuid4().bytes), "test"),
+            conflict_id=missing_case)])
+        ack(downlink, setup.ship.node_id, command.command_id, pb.COMMAND_APPLIED)
+        issued.append(command.command_id)
+
+    # A round per pending command (others' may be older): each one is reached although the
+    # ones before it are still pending.
+    pending = downlink.pending_follow_ups(1000)
+    for _ in pending:
+        setup.arbiter.follow_up_acks()
+
+    for command_id in issued:
+        assert len([r for r in caplog.records if str(command_id) in r.getMessage()]) == 1
+    assert set(issued) <= {c.command_id for c in downlink.pending_follow_ups(1000)}
+
+
 class ReportJoinsWhileDeciding:
     """Reads revisions as the real reader does; on its first read (after the service read the
     case, before it saves) a ship's report joins the case, as happens in a running fleet."""

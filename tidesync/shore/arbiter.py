@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +72,11 @@ from tidesync.target.contract import TargetApplier, TargetOutcomeKind
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN_CASE_RETRY_SECONDS = 300.0
+"""A followed-up command naming a case that does not exist is looked at again this much later."""
+_FAILED_RETRY_SECONDS = 30.0
+"""A follow-up that failed unexpectedly is tried again this much later."""
+
 ACTOR = system_actor("arbiter")
 DECISION_NAMESPACE = uuid.UUID("0c6f3e51-8a2d-5b47-9e13-7d4a2b6c8f05")
 RETARGET_NAMESPACE = uuid.UUID("5a8e2c71-0f3d-5b96-8c14-e2d7a9b3f460")
@@ -117,6 +123,10 @@ class Arbiter:
         """The released rule versions whose conflict policies decide their cases."""
         self._unknown_cases: set[uuid.UUID] = set()
         """Answered commands already reported as naming a case that does not exist."""
+        self.follow_up_batch = 200
+        self._held_back: dict[uuid.UUID, float] = {}
+        """Commands whose follow-up failed, and when (monotonic) they are tried again: the
+        ones answered after them are not held up behind them."""
 
     def close(self) -> None:
         if self._applier is not None:
@@ -310,7 +320,9 @@ class Arbiter:
     # ------------------------------------------------------------------ answers
 
     def follow_up_acks(self) -> int:
-        acked = self.downlink.pending_follow_ups(200)
+        now = time.monotonic()
+        self._held_back = {command: at for command, at in self._held_back.items() if at > now}
+        acked = self.downlink.pending_follow_ups(self.follow_up_batch, list(self._held_back))
         done = []
         for command in acked:
             try:
@@ -326,10 +338,12 @@ class Arbiter:
                     self._unknown_cases.add(command.command_id)
                     log.error("following up command %s: %s does not exist; it stays pending",
                               command.command_id, error)
+                self._held_back[command.command_id] = now + _UNKNOWN_CASE_RETRY_SECONDS
                 continue
             except Exception:
                 log.exception("following up command %s failed; trying again later",
                               command.command_id)
+                self._held_back[command.command_id] = now + _FAILED_RETRY_SECONDS
                 continue
             done.append(command.command_id)
         if done:

@@ -93,6 +93,7 @@ _FOLLOW_UPS = (
     "SELECT command_id, node_id, kind, sequence, source_id, conflict_id, payload, ack_result,"
     " ack_reason_code, ack_local_revision, ack_row_exists, ack_current_row"
     " FROM downlink_command WHERE needs_follow_up AND followed_up_at IS NULL"
+    " AND NOT (command_id = ANY(%s::uuid[]))"
     " ORDER BY acked_at, node_id, sequence LIMIT %s"
 )
 
@@ -300,11 +301,13 @@ class DownlinkService:
 
     # -------------------------------------------------------------------- follow-ups
 
-    def pending_follow_ups(self, limit: int) -> list[AckedCommand]:
+    def pending_follow_ups(self, limit: int, skip: Sequence[uuid.UUID] = ()
+                           ) -> list[AckedCommand]:
         """Acknowledged commands the arbitration must still act on (conflict reports,
-        rejections, every decision ack), oldest ack first."""
+        rejections, every decision ack), oldest ack first; `skip`: commands left out (ones
+        that could not be followed up just now)."""
         with store_errors():
-            rows = self._query(_FOLLOW_UPS, (limit,))
+            rows = self._query(_FOLLOW_UPS, (list(skip), limit))
         return [_acked(row) for row in rows]
 
     def mark_followed_up(self, command_ids: Sequence[uuid.UUID]) -> None:
