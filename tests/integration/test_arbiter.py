@@ -319,12 +319,10 @@ def test_an_expired_auto_decide_lease_is_taken_over(shore, target_db, shore_mari
     assert case.lease["owner"] == "arb-1" and case.lease["taken_over_from"] == "dead-worker"
 
 
-def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
-        shore, target_db, shore_mariadb, downlink, caplog):
-    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
-                       Policy(PolicyName.SHORE_WINS))
+def answered_decision_of_no_case(setup, downlink, row_id: int) -> uuid.UUID:
+    """A decision command for a conflict case that does not exist, applied by the ship."""
     missing_case, decision_id = uuid.uuid4(), uuid.uuid4()
-    record = RecordKey.of(setup.ship.database, "items", {"id": 9})
+    record = RecordKey.of(setup.ship.database, "items", {"id": row_id})
     (issued,) = downlink.issue([NewCommand(
         node_id=setup.ship.node_id, kind=CommandKind.CONFLICT_DECISION, source_id=decision_id,
         payload=DecisionPayload(decision_id, missing_case, "table:x.items", None, record, None,
@@ -332,14 +330,22 @@ def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
                                 Revision(uuid.uuid4().bytes), "test"),
         conflict_id=missing_case)])
     ack(downlink, setup.ship.node_id, issued.command_id, pb.COMMAND_APPLIED)
+    return issued.command_id
+
+
+def test_an_answer_that_cannot_be_followed_up_stays_pending_and_stops_nothing(
+        shore, target_db, shore_mariadb, downlink, caplog):
+    setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
+                       Policy(PolicyName.SHORE_WINS))
+    command_id = answered_decision_of_no_case(setup, downlink, 9)
     conflict_id = concurrent_update(setup)
 
     setup.arbiter.run_once()  # logs the unknown case, goes on with the rest
     setup.arbiter.run_once()  # and does not log it again
 
     assert setup.apps.conflicts.get_case(conflict_id).state is ConflictState.DISPATCHED
-    assert [c.command_id for c in downlink.pending_follow_ups(10)] == [issued.command_id]
-    reports = [r for r in caplog.records if str(issued.command_id) in r.getMessage()]
+    assert [c.command_id for c in downlink.pending_follow_ups(10)] == [command_id]
+    reports = [r for r in caplog.records if str(command_id) in r.getMessage()]
     assert len(reports) == 1 and reports[0].exc_info is None
 
 
@@ -348,19 +354,7 @@ def test_commands_that_cannot_be_followed_up_hold_up_none_answered_after_them(
     setup = make_setup(shore, target_db, shore_mariadb, downlink, Clock(),
                        Policy(PolicyName.SHORE_WINS))
     setup.arbiter.follow_up_batch = 1  # one command per round: the first one answered
-    issued = []
-    for number in (1, 2):
-        missing_case, decision_id = uuid.uuid4(), uuid.uuid4()
-        record = RecordKey.of(setup.ship.database, "items", {"id": number})
-        (command,) = downlink.issue([NewCommand(
-            node_id=setup.ship.node_id, kind=CommandKind.CONFLICT_DECISION,
-            source_id=decision_id,
-            payload=DecisionPayload(decision_id, missing_case, "table:x.items", None, record,
-                                    None, {"name": "n", "qty": 1, "price": Decimal("1.00")},
-                                    Revision(uuid.uuid4().bytes), "test"),
-            conflict_id=missing_case)])
-        ack(downlink, setup.ship.node_id, command.command_id, pb.COMMAND_APPLIED)
-        issued.append(command.command_id)
+    issued = [answered_decision_of_no_case(setup, downlink, number) for number in (1, 2)]
 
     # A round per pending command (others' may be older): each one is reached although the
     # ones before it are still pending.

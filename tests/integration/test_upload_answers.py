@@ -11,6 +11,8 @@ import socket
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -117,13 +119,23 @@ def _large_batch(node: Ship) -> tuple[list[ChangeEvent], OutgoingBatch]:
     return events, batch
 
 
-def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
-    events, batch = _large_batch(ship)
-    batch_id, body = batch.batch_id, batch.body
-    link = shore_link(ship)
+@contextmanager
+def _cut_halfway(node: Ship) -> Iterator[tuple[list[ChangeEvent], OutgoingBatch,
+                                                HttpShoreLink, BatchUnknown]]:
+    """A large batch whose upload was cut halfway through its body, the link, and what the
+    shore says it kept of it."""
+    events, batch = _large_batch(node)
+    link = shore_link(node)
     try:
-        _cut_upload(ship, body, len(body) // 2)
-        kept = _kept(link, batch)
+        _cut_upload(node, batch.body, len(batch.body) // 2)
+        yield events, batch, link, _kept(link, batch)
+    finally:
+        link.close()
+
+
+def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
+    with _cut_halfway(ship) as (events, batch, link, kept):
+        batch_id, body = batch.batch_id, batch.body
         assert 16 * 1024 <= kept.resume_from <= len(body) // 2
         # The rest alone, signed over itself, completes the batch.
         answer = link.upload(dataclasses.replace(batch, resume_from=kept.resume_from))
@@ -135,17 +147,11 @@ def test_an_upload_cut_mid_body_goes_on_with_only_the_rest(ship: Ship) -> None:
         with pytest.raises(ShoreRefused) as refused:
             link.upload(dataclasses.replace(batch, resume_from=kept.resume_from))
         assert (refused.value.status, refused.value.reason) == (409, "RESUME_UNKNOWN")
-    finally:
-        link.close()
 
 
 def test_a_rest_that_does_not_complete_the_body_is_refused(ship: Ship) -> None:
-    events, batch = _large_batch(ship)
-    batch_id, body = batch.batch_id, batch.body
-    link = shore_link(ship)
-    try:
-        _cut_upload(ship, body, len(body) // 2)
-        kept = _kept(link, batch)
+    with _cut_halfway(ship) as (events, batch, link, kept):
+        batch_id, body = batch.batch_id, batch.body
         # Another body's rest, under this body's digest: the joined bytes are not the body.
         whole = hashlib.sha256(body).hexdigest()
         with pytest.raises(ShoreRefused) as refused:
@@ -156,5 +162,3 @@ def test_a_rest_that_does_not_complete_the_body_is_refused(ship: Ship) -> None:
         assert link.batch_fate(batch_id, body) is None  # nothing of it was taken in
         answer = link.upload(batch)  # the whole body still goes
         assert len(batch_answers(events, answer)) == len(events)
-    finally:
-        link.close()

@@ -5,7 +5,7 @@ failure met in the middle of a poll never drops what that poll read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -15,13 +15,15 @@ from confluent_kafka import KafkaError
 
 from tests.clocks import ManualClock
 from tests.integration.ship_support import ItemsCapture
+from tests.unit import test_replay_runs as replay_runs
+from tests.unit.test_replay_runs import GROUP, NODE
 from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
 from tidesync.cdc.kafka import KafkaQueue, PartitionKey, Polled, QueueSettings, QueueUnavailable
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.state import SQLiteShipState
 
-NODE = "ship-7"
-GROUP = "tidesync-ship-7"
+# The ship state store of the replay tests: a SQLite file per test, closed after it.
+store = replay_runs.store
 
 
 def kafka_records(count: int, partition: int = 0) -> list[KafkaRecord]:
@@ -96,15 +98,6 @@ class SilentQueue:
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SQLiteShipState]:
-    state = SQLiteShipState(tmp_path / "ship.sqlite", NODE, GROUP)
-    try:
-        yield state
-    finally:
-        state.close()
 
 
 def consumer_of(queue: SilentQueue, state: SQLiteShipState,
