@@ -359,7 +359,7 @@ def test_a_paced_upload_is_written_in_pieces_and_arrives_whole_and_signed() -> N
     with stub((200, {}, codec.compress(answer)), (200, {}, codec.compress(page))) as url:
         shore = HttpShoreLink(url, "ship-7", SECRET, clock=lambda: NOW, timeout=5.0,
                               pacer=pacer)
-        assert shore.paces_uplink
+        assert shore.pacer is pacer
         assert shore.upload(OutgoingBatch(uuid.uuid4(), (), body, 5)).statuses[0].status \
             == pb.RECEIVED
         asked = len(waits)

@@ -55,8 +55,6 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
         receipts_page_size=ship.receipts_page_size,
         receipts_interval=float(ship.receipts_interval_seconds),
         heartbeat_interval=float(ship.heartbeat_interval_seconds),
-        uplink_rate=float(ship.uplink_rate_bytes_per_sec),
-        uplink_burst=float(ship.uplink_burst_bytes),
         probe_initial_seconds=float(ship.probe_interval_seconds),
         probe_max_seconds=float(ship.probe_max_interval_seconds),
         uploads_in_flight=ship.uploads_in_flight,
@@ -116,9 +114,6 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
     if not ship.kafka_bootstrap_servers:
         raise ValueError("ship.kafka_bootstrap_servers is required")
     dictionaries = None
-    # A link that paces its bodies at the uplink limit is the only limit: the uploads are not
-    # also held to it request by request.
-    paced = bool(getattr(link, "paces_uplink", False))
     if link is None:
         if not ship.secret:
             raise ValueError("ship.secret is required (the node's signing secret)")
@@ -127,7 +122,7 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
                              ssl_context=ship_tls_context(ship),
                              keep_alive=float(ship.keep_alive_seconds),
                              pacer=uplink_pacer(ship))
-        link, paced = http, http.paces_uplink
+        link = http
         if ship.wire_version >= 2 and ship.zstd_dictionary_bytes:
             dictionaries = BatchDictionaries(ship.zstd_dictionary_bytes)
             link = DictionaryLink(http, dictionaries, ship.node_id)
@@ -139,10 +134,8 @@ def build_client(ship: ShipConfig, link: ShoreLink | None = None, *,
     rules = ship_rules(ship, state, ship_target, activated)
     consumer = QueueConsumer(queue, normalizer_for(ship), state, ship.replay_epoch, rules)
     consumer.side = ship_replays(ship, state, rules)
-    settings = client_settings(ship, dictionaries)
-    if paced:
-        settings = dataclasses.replace(settings, uplink_rate=0.0)
-    client = ShipClient(settings, consumer, state, link, clock=clock, rules=rules)
+    client = ShipClient(client_settings(ship, dictionaries), consumer, state, link, clock=clock,
+                        rules=rules)
     client.sync_states = SnapshotSyncStates(*_snapshot_capture(activated),
                                             lambda: rules.current.rules.rules, state.watermarks)
     if ship_target is not None and ship_target.enabled:

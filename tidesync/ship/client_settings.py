@@ -37,8 +37,6 @@ class ClientSettings:
     uploads_in_flight: int = 3
     upload_request_seconds: float = 1.0
     upload_initial_bytes: int = 64 * 1024
-    uplink_rate: float = 0.0
-    uplink_burst: float = 1024 * 1024
     # While requests get no answer, the link is probed this often, doubling up to the max.
     probe_initial_seconds: float = 1.0
     probe_max_seconds: float = 30.0

@@ -39,17 +39,12 @@ class UplinkPacer:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.monotonic, self.sleep = monotonic, sleep
         self._bucket = TokenBucket.full(rate, burst, monotonic())
-        self._lock = threading.Lock()
         self._turns = threading.Condition()
         self._queue: deque[int] = deque()
         self._tickets = itertools.count()
         self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
         self.waited = 0.0
         """Seconds writers waited for the bucket, in all (for the run's telemetry and tests)."""
-
-    @property
-    def rate(self) -> float:
-        return self._bucket.rate
 
     def pieces(self, body: bytes) -> Generator[bytes]:
         """`body` in pieces, each yielded once the limit allows it to be written and the
@@ -73,7 +68,7 @@ class UplinkPacer:
 
     def _take(self, size: int) -> None:
         while True:
-            with self._lock:
+            with self._turns:
                 take = self._bucket.take(size, self.monotonic())
                 self._bucket = take.bucket
                 if take.granted:

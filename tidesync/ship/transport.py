@@ -324,11 +324,6 @@ class HttpShoreLink:
             counters.connections_opened += opened
             counters.closed_by_peer += closed
 
-    @property
-    def paces_uplink(self) -> bool:
-        """Upload bodies are written at the uplink limit."""
-        return self.pacer is not None
-
     def _request(self, method: str, target: str, body: bytes, *,
                  resend_unanswered: bool = True, paced: bool = False) -> bytes:
         """The decompressed body of a 200 answer; raises LinkDown or ShoreRefused.

@@ -26,7 +26,6 @@ from typing import Protocol
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.domain.clock import Clock
-from tidesync.domain.token_bucket import TokenBucket
 from tidesync.ship.batcher import BatchLimits, OutgoingBatch, SendWindow, build_batch
 from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.pace import LinkPace, PaceSettings
@@ -114,8 +113,6 @@ class UploadPipeline:
         self.event_cap = settings.limits.max_events
         self.wire_version = settings.limits.wire_version
         self.compression = _COMPRESSION_GUESS
-        self.bucket = (TokenBucket.full(settings.uplink_rate, settings.uplink_burst,
-                                        monotonic()) if settings.uplink_rate > 0 else None)
         self.flights: list[_Flight] = []
         self.held: deque[_Held] = deque()
         self.uploaded_batches = 0
@@ -187,9 +184,6 @@ class UploadPipeline:
                     self.fates_asked += 1
                     self._launch(held.batch, True, _asking(fate, held.batch))
                     continue
-                if not self._spend(len(held.batch.body), now):
-                    self.held.appendleft(held)
-                    return
                 self._send(held.batch)
                 continue
             if self.flights and not self._enough_due():
@@ -244,9 +238,6 @@ class UploadPipeline:
             measured = len(batch.body) / estimate
             self.compression = measured if self.uploaded_batches == 0 and not self.flights \
                 else 0.5 * self.compression + 0.5 * measured
-        if not self._spend(len(batch.body), now):
-            self.window.release(batch.event_ids)
-            return None
         return batch
 
     def _send(self, batch: OutgoingBatch) -> None:
@@ -268,16 +259,6 @@ class UploadPipeline:
             except Exception as error:  # noqa: BLE001 - handed over like a thread's
                 future.set_exception(error)
         self.flights.append(_Flight(batch, future, now, asks_fate, estimate))
-
-    def _spend(self, wire_bytes: int, now: float) -> bool:
-        """Take the batch's compressed size from the uplink token bucket, or wait for it."""
-        if self.bucket is None:
-            return True
-        take = self.bucket.take(wire_bytes, now)
-        self.bucket = take.bucket
-        if not take.granted:
-            self.retry.not_before = now + take.retry_after
-        return take.granted
 
     # ------------------------------------------------------------------ answers
 
