@@ -95,6 +95,19 @@ _TERMINAL_BY_ID = ("UPDATE event_state SET state = 'TERMINAL', result = ?, reaso
                    " updated_at = ? WHERE direction = ? AND state NOT IN ('TERMINAL',"
                    " 'EXPIRED_APPROVED') AND event_id IN")
 _TERMINAL_RETURNING = " RETURNING event_id, topic, kafka_partition, bytes"
+# Receipts naming events APPLIED by queue coordinates: one statement per range, along the
+# position index, instead of a look-up and a write per event.
+_APPLIED_IN_RANGE = (
+    "UPDATE event_state SET state = 'TERMINAL', result = 'APPLIED', reason = NULL, updated_at = ?"
+    " WHERE topic = ? AND kafka_partition = ? AND replay_epoch = ? AND direction = ?"
+    " AND kafka_offset BETWEEN ? AND ? AND state NOT IN ('TERMINAL', 'EXPIRED_APPROVED')"
+    " RETURNING event_id, bytes")
+_OTHER_VERDICTS_IN_RANGE = (  # the shore's own results (SHORE_RESULTS) other than APPLIED
+    "SELECT rowid, event_id, result FROM event_state"
+    " WHERE topic = ? AND kafka_partition = ? AND replay_epoch = ? AND direction = ?"
+    " AND kafka_offset BETWEEN ? AND ? AND state = 'TERMINAL'"
+    " AND result IN ('APPLIED', 'CONFLICT_RECORDED', 'EXPIRED_APPROVED', 'REJECTED')"
+    " AND (result != 'APPLIED' OR reason IS NOT NULL)")
 _MARK = ("UPDATE event_state SET state = ?, updated_at = ? WHERE event_id = ?"
          " AND state IN ('CONSUMED', 'READY', 'IN_FLIGHT', 'RETRY_WAIT')")
 _ROWS_BY_ID = ("SELECT event_id, topic, kafka_partition, state, bytes, key_digest, result, reason,"
@@ -242,14 +255,12 @@ class SQLiteReceipts:
 
         Pages come in the shore's order, so of two receipts of one event the later one is its
         current verdict: a terminal event takes its result and reason and stays terminal (a
-        page with ranges never holds two receipts of one event)."""
+        page with ranges never holds two receipts of one event; the ranges count as after the
+        page's other results)."""
         progress = Progress()
         now = self.database.now_text()
         writes = OrderedWrites()
         with self.database.transaction() as conn:
-            if applied is not None and applied.streams:
-                results = [*results, *(TerminalResult(event_id, "APPLIED")
-                                       for event_id in self._events_in(conn, applied))]
             rows = self._rows_by_id(conn, [r.event_id for r in results])
             for result in results:
                 row = rows.get(result.event_id.bytes)
@@ -262,10 +273,42 @@ class SQLiteReceipts:
                     rows[result.event_id.bytes] = self._terminal(writes, result, row, progress,
                                                                  now)
             writes.run(conn)
-            self.watermarks.recompute_all(conn, (row.key for row in rows.values()))
+            moved = {row.key for row in rows.values()}
+            if applied is not None:
+                moved |= self._applied_in_ranges(conn, applied, progress, now)
+            self.watermarks.recompute_all(conn, moved)
             self.database.set_cursor(conn, RECEIPTS_CURSOR, cursor)
         self.in_flight.difference_update(progress.terminal)
         return progress
+
+    def _applied_in_ranges(self, conn: sqlite3.Connection, ranges: OffsetRanges,
+                           progress: Progress, now: str) -> set[PartitionKey]:
+        """Make this direction's events at the coordinates `ranges` names APPLIED: terminal
+        when they were not final, the shore's new verdict when it had given another one; returns
+        the partitions where events became terminal."""
+        direction = self.database.direction.value
+        moved: set[PartitionKey] = set()
+        for stream, spans in ranges.streams.items():
+            where = (stream.topic, stream.partition, stream.replay_epoch, direction)
+            for first, last in spans:
+                made = conn.execute(_APPLIED_IN_RANGE, (now, *where, first, last)).fetchall()
+                for event_id, size in made:
+                    progress.terminal.add(uuid.UUID(bytes=event_id))
+                    progress.terminal_bytes += size
+                    self._count_verdict(None, "APPLIED")
+                if made:
+                    moved.add(PartitionKey(stream.topic, stream.partition))
+                if len(made) < last - first + 1:  # some were final already: new verdicts?
+                    self._reverdict_applied(conn, where, first, last, progress, now)
+        return moved
+
+    def _reverdict_applied(self, conn: sqlite3.Connection, where: tuple[object, ...],
+                           first: int, last: int, progress: Progress, now: str) -> None:
+        rows = conn.execute(_OTHER_VERDICTS_IN_RANGE, (*where, first, last)).fetchall()
+        conn.executemany(_REVERDICT, [("APPLIED", None, now, row[0]) for row in rows])
+        for _, event_id, before in rows:
+            progress.reverdicted.add(uuid.UUID(bytes=event_id))
+            self._count_verdict(before, "APPLIED")
 
     def _terminal(self, writes: OrderedWrites, result: TerminalResult, row: _EventRow,
                   progress: Progress, now: str) -> _EventRow:
@@ -287,18 +330,6 @@ class SQLiteReceipts:
         progress.reverdicted.add(result.event_id)
         self._count_verdict(row.result, result.result)
         return row._replace(result=result.result, reason=reason)
-
-    def _events_in(self, conn: sqlite3.Connection, ranges: OffsetRanges) -> list[uuid.UUID]:
-        """This direction's events at the coordinates `ranges` names."""
-        found: list[uuid.UUID] = []
-        for stream, spans in ranges.streams.items():
-            for first, last in spans:
-                found += [uuid.UUID(bytes=row[0]) for row in conn.execute(
-                    "SELECT event_id FROM event_state WHERE topic = ? AND kafka_partition = ?"
-                    " AND replay_epoch = ? AND direction = ? AND kafka_offset BETWEEN ? AND ?",
-                    (stream.topic, stream.partition, stream.replay_epoch,
-                     self.database.direction.value, first, last))]
-        return found
 
     def _rows_by_id(self, conn: sqlite3.Connection,
                     event_ids: Sequence[uuid.UUID]) -> dict[bytes, _EventRow]:
