@@ -1,6 +1,10 @@
 """The ship client's throughput (normalize → state → batch, a null shore) against a raw
 confluent-kafka consume of the same records, and its peak RSS over a large queue backlog.
 
+The null shore (`tidesync.ship.null_shore`) answers as a shore does: each upload RECEIVED by
+offset ranges, then receipts pages of APPLIED ranges, so every event is recorded, answered
+received and made terminal, as on a fleet.
+
 Records are Debezium 3.x MySQL envelopes with schemas (the connector's default JSON converter)
 of one bidirectional table: 70% inserts, 25% updates, 5% deletes with their tombstones.
 The RSS is measured in a child process (VmHWM) while 1,000,000 records (--quick: 100,000) wait
@@ -158,7 +162,7 @@ def run_client(config: ShipConfig, timeout: float | None) -> ClientRun:
     """Run a client with a null shore until it is idle (or `timeout`)."""
     from tidesync.bootstrap.ship import build_client
     from tidesync.ship.heap import settle_startup_heap
-    from tidesync.ship.transport import NullShoreLink
+    from tidesync.ship.null_shore import NullShoreLink
 
     link = NullShoreLink()
     client = build_client(config, link)
