@@ -206,7 +206,10 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
     send_window_total_events: int = 20_000
     max_open_per_partition: int = 100_000
     request_timeout_seconds: int = 60
-    receipts_page_size: int = 500
+    # Results per receipts page: plain APPLIED ones come as offset ranges, a few bytes each
+    # range, so a page may hold many (the shore caps the ranged form at 10,000, older
+    # shores at 1,000).
+    receipts_page_size: int = 5000
     receipts_interval_seconds: int = 5
     heartbeat_interval_seconds: int = 60
     # Extra librdkafka consumer settings, "key=value" separated by commas.
@@ -244,8 +247,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
                 problems.append(f"ship.{name}: must be >= 1")
         if self.uplink_rate_bytes_per_sec < 0 or self.uplink_burst_bytes < 1:
             problems.append("ship.uplink_rate_bytes_per_sec: must be >= 0 (with a burst >= 1)")
-        if self.receipts_page_size > 1000:
-            problems.append("ship.receipts_page_size: must be <= 1000")
+        if self.receipts_page_size > 10_000:
+            problems.append("ship.receipts_page_size: must be <= 10000")
         try:
             re.compile(self.topic_pattern)
         except re.error as error:

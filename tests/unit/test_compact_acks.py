@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_ship_state import TOPIC, event, event_record
+from tidesync.config import ShipConfig
 from tidesync.ingress.answers import compact_answer
-from tidesync.ingress.receipts import compact_receipts_page
+from tidesync.ingress.receipts import MAX_COMPACT_PAGE, compact_receipts_page, page_request
 from tidesync.ship.shore_answers import applied_ranges, batch_answers, terminal_results
 from tidesync.ship.state import ReceiveOutcome, SQLiteShipState
 from tidesync.wire import codec
@@ -142,3 +143,13 @@ def test_the_ship_applies_ranged_receipts_to_its_own_events_only(tmp_path: Path)
         assert state.state_counts() == {"TERMINAL": 4, "READY": 1}
     finally:
         state.close()
+
+
+def test_a_ranged_receipts_page_may_hold_ten_times_more_results() -> None:
+    assert page_request("", "9000", MAX_COMPACT_PAGE) == (0, 9000)
+    assert page_request("7", "50000", MAX_COMPACT_PAGE) == (7, MAX_COMPACT_PAGE)
+    assert page_request("", "9000") == (0, 1000)  # entries one by one: the old cap
+    assert ShipConfig(node_id="s").receipts_page_size == 5000
+    assert ShipConfig(node_id="s", receipts_page_size=10_000).validate() == []
+    assert ShipConfig(node_id="s", receipts_page_size=10_001).validate() == [
+        "ship.receipts_page_size: must be <= 10000"]

@@ -20,6 +20,9 @@ from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.ranges import Stream, encode_ranges
 
 MAX_PAGE = 1000
+MAX_COMPACT_PAGE = 10_000
+"""Results of one page in the ranged form: plain APPLIED ones cost a few bytes per range there,
+so a ship that uploads fast can learn their fate as fast."""
 DEFAULT_PAGE = 500
 _CURSOR = re.compile(r"0|[1-9][0-9]{0,18}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -43,13 +46,14 @@ class BadPageRequest(TidesyncError, ValueError):
     code = ErrorCode.INVALID_INPUT
 
 
-def page_request(cursor: str, limit: str) -> tuple[int, int]:
-    """(last seq seen, page size) from the query parameters; limits above MAX_PAGE are capped."""
+def page_request(cursor: str, limit: str, maximum: int = MAX_PAGE) -> tuple[int, int]:
+    """(last seq seen, page size) from the query parameters; limits above `maximum` are
+    capped."""
     if cursor and (_CURSOR.fullmatch(cursor) is None or int(cursor) >= 1 << 63):
         raise BadPageRequest("cursor is not one this server issued")
     if limit and (not limit.isdigit() or int(limit) < 1 or len(limit) > 9):
         raise BadPageRequest("limit must be a positive integer")
-    return int(cursor or 0), min(int(limit or DEFAULT_PAGE), MAX_PAGE)
+    return int(cursor or 0), min(int(limit or DEFAULT_PAGE), maximum)
 
 
 class PostgresReceiptsView:

@@ -50,7 +50,7 @@ from tidesync.ingress.dictionaries import DictionaryCache
 from tidesync.ingress.heartbeats import BadHeartbeat
 from tidesync.ingress.limits import LimitExceeded, RequestLimiter
 from tidesync.ingress.nodes import NodeCredentials, NodeDirectory
-from tidesync.ingress.receipts import BadPageRequest, page_request
+from tidesync.ingress.receipts import MAX_COMPACT_PAGE, MAX_PAGE, BadPageRequest, page_request
 from tidesync.ingress.reconcile_answers import MAX_ANSWER_BYTES, decode_answer, keep_answer
 from tidesync.ingress.rule_reports import BadRuleReport
 from tidesync.ingress.rules import (
@@ -286,12 +286,14 @@ class Ingress:
     def _receipts(self, call: Call) -> Store:
         codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
         params = call.request.query_params
+        ranged = params.get("form") == "ranges"
         try:
-            after, limit = page_request(params.get("cursor", ""), params.get("limit", ""))
+            after, limit = page_request(params.get("cursor", ""), params.get("limit", ""),
+                                        MAX_COMPACT_PAGE if ranged else MAX_PAGE)
         except BadPageRequest as error:
             raise IngressError(400, IngressReason.BAD_CURSOR, str(error)) from None
         receipts = self._tables().receipts
-        if params.get("form") == "ranges":
+        if ranged:
             return lambda conn: receipts._compact_page(conn, call.node_id, after, limit)
         return lambda conn: receipts._page(conn, call.node_id, after, limit)
 

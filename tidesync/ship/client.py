@@ -319,8 +319,8 @@ class ShipClient:
         if progress.blocked:
             self._blocked_dirty = True
         if progress.received:
-            # Receipts stay off the uploads' way: while a backlog lasts they are asked at the
-            # receipts interval only (a request on this thread holds up the next batch).
+            # While a backlog lasts, receipts are asked at the receipts interval (or sooner
+            # while pages of results wait), not after every upload.
             now = self.monotonic()
             self.more_receipts = True
             if not self.uploads.backlog(now):
@@ -401,10 +401,13 @@ class ShipClient:
         cursor = page.next_cursor or self.state.cursor()
         self._moved(self.state.receipts.apply_receipts(terminal_results(page), cursor, applied))
         if page.has_more:
+            # More results wait: the next page at once when nothing else waits to go, and
+            # soon while uploads go on (on the side thread, beside them), or events the shore
+            # has applied would count as open until the partition pauses.
             now = self.monotonic()
             self.more_receipts = True
-            if not self.uploads.backlog(now):
-                self.receipts.due_within(now, 0.0)
+            self.receipts.due_within(now, 0.0 if not self.uploads.backlog(now)
+                                     else self.settings.receipts_after_upload)
 
     def _request_failed(self, schedule: RetrySchedule, error: LinkError, what: str) -> None:
         if error.disposition is Disposition.BLOCK_NODE:

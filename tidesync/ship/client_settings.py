@@ -22,7 +22,7 @@ class ClientSettings:
     counts above bind first; the window must hold the uploads in flight and the next one."""
     max_open_per_partition: int = 100_000
     poll_records: int = 500
-    receipts_page_size: int = 500
+    receipts_page_size: int = 5000
     receipts_interval: float = 5.0
     # After an upload the shore answered RECEIVED, receipts are asked at most this soon (the
     # shore applies first): never one receipts request per upload.
