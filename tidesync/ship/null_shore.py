@@ -11,6 +11,8 @@ terminal by a receipt. It decodes nothing.
 from __future__ import annotations
 
 import threading
+from array import array
+from collections import deque
 
 from tidesync.ship.batcher import OutgoingBatch
 from tidesync.ship.transport import LinkCounters
@@ -24,25 +26,39 @@ class NullShoreLink:
     def __init__(self) -> None:
         self.counters = LinkCounters()
         self.uploaded = 0
-        self._received: list[tuple[Stream, int]] = []  # not yet in a receipts page
+        # Received, not yet in a receipts page: runs of offsets of one stream, in order
+        # (8 bytes an event: this shore shares the measured process).
+        self._received: deque[tuple[Stream, array[int]]] = deque()
+        self._waiting = 0
         self._pages = 0
         self._lock = threading.Lock()  # uploads answer on their own threads
 
     def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
-        received = [(Stream(event.source_topic, event.source_partition, event.replay_epoch),
-                     event.source_position) for event in batch.events]
-        strings, groups = encode_ranges(received)
+        runs: dict[Stream, array[int]] = {}
+        for event in batch.events:
+            stream = Stream(event.source_topic, event.source_partition, event.replay_epoch)
+            runs.setdefault(stream, array("q")).append(event.source_position)
+        strings, groups = encode_ranges((stream, offset) for stream, offsets in runs.items()
+                                        for offset in offsets)
         with self._lock:
             self.counters.physical_bytes += len(batch.body)
             self.uploaded += len(batch.events)
-            self._received += received
+            self._received.extend(runs.items())
+            self._waiting += len(batch.events)
         return pb.UploadBatchResponse(batch_id=batch.batch_id.bytes, strings=strings,
                                       received=groups)
 
     def receipts(self, cursor: str, limit: int) -> pb.ReceiptsPage:
+        applied: list[tuple[Stream, int]] = []
         with self._lock:
-            applied, self._received = self._received[:limit], self._received[limit:]
-            more = bool(self._received)
+            while self._received and len(applied) < limit:
+                stream, offsets = self._received.popleft()
+                take = limit - len(applied)
+                if len(offsets) > take:
+                    self._received.appendleft((stream, offsets[take:]))
+                applied += ((stream, offset) for offset in offsets[:take])
+            self._waiting -= len(applied)
+            more = self._waiting > 0
             self._pages += 1
             page = self._pages
         if not applied:
