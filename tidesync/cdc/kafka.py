@@ -44,10 +44,10 @@ class QueueSettings:
     def consumer_config(self) -> dict[str, Any]:
         tuning = {
             # Prefetch at most a few MiB whatever the backlog (librdkafka's default is 64 MiB).
-            "queued.max.messages.kbytes": 8192,
+            "queued.max.messages.kbytes": 4096,
             "queued.min.messages": 2000,
-            "fetch.max.bytes": 8 * 1024 * 1024,
-            "max.partition.fetch.bytes": 2 * 1024 * 1024,
+            "fetch.max.bytes": 4 * 1024 * 1024,
+            "max.partition.fetch.bytes": 1024 * 1024,
             "fetch.wait.max.ms": 200,
             # With the prefetch full, fetch again this soon (librdkafka waits 1 s by default,
             # which leaves a consumer that drains its prefetch quickly idle most of the time).
