@@ -376,12 +376,15 @@ class ShipClient:
 
     def _pull_receipts(self) -> None:
         now = self.monotonic()
-        # Rejected events keep receipts coming: the shore may replay or skip them later.
-        # While uploads have a backlog, one page per receipts interval; otherwise page after
-        # page, one a turn.
+        # Rejected events keep receipts coming: the shore may replay or skip them later; and
+        # so does a page that said more wait, even once no event of this ship awaits one (a
+        # restart that read received events again marks more too, and one page may settle
+        # them all while it is on its way). While uploads have a backlog, one page per
+        # receipts interval (sooner while pages are full); otherwise page after page.
         if (self.node_blocked is not None or self.side.busy("receipts")
                 or not self.receipts_retry.due(now) or not self.receipts.due(now)
-                or not (self.awaiting or self.state.receipts.shore_rejections())):
+                or not (self.awaiting or self.more_receipts
+                        or self.state.receipts.shore_rejections())):
             return
         self.receipts.done(now)
         self.more_receipts = False
