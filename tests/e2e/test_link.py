@@ -29,6 +29,7 @@ pytestmark = pytest.mark.services
 PROFILE = LinkProfile(
     rate_bytes_per_second=256 * 1024, latency_seconds=0.1, loss=0.05, retransmit_seconds=0.3,
     outage_every_seconds=6.0, outage_seconds=1.5, outage_mode=OutageMode.REFUSE,
+    outage_offset_seconds=1.0,  # the first outage while the first uploads go: the run is short
     resets_per_mib=3.0, seed=11)
 
 
