@@ -3,9 +3,8 @@
 It answers the way `tidesync shore serve` does when nothing goes wrong: an upload's events
 RECEIVED, named by offset ranges (the `?answer=ranges` form every ship asks for), and each
 receipts page up to `limit` of the events received since the last page APPLIED, by ranges
-too. So the client
-takes the path it takes on a fleet: each event is recorded, answered received, then made
-terminal by a receipt. It decodes nothing.
+too. So the client takes the path it takes on a fleet: each event is recorded, answered
+received, then made terminal by a receipt. It decodes nothing.
 """
 
 from __future__ import annotations
