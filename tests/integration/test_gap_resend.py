@@ -148,7 +148,8 @@ def run_scenario(client: ShipClient, processor: ApplyProcessor, pool: Any,
                  downlink: DownlinkService, node_id: str, capture: ItemsCapture,
                  clock: ManualClock) -> None:
     # Every event reaches the shore; then the shore loses one of them.
-    step_until(client, lambda: client.awaiting == EVENTS, "every event received")
+    step_until(client, lambda: client.state.state_counts().get("RECEIVED") == EVENTS,
+               "every event received")
     pg_rows(pool, "DELETE FROM inbox_event WHERE origin_node_id = %s AND source_sequence = %s"
                   " RETURNING 1", (node_id, MISSING))
 

@@ -268,7 +268,8 @@ def test_a_blocked_record_holds_the_commit_and_a_restart_sends_nothing_again(
         # Without the apply worker every event is received and none is terminal.
         client = build_client(config)
         try:
-            wait_until(lambda: client.step() or client.awaiting == events)
+            wait_until(lambda: client.step()
+                       or client.state.state_counts().get("RECEIVED") == events)
             assert client.state.state_counts() == {"RECEIVED": events, "BLOCKED": 1}
         finally:
             client.close()  # as a crash would: no state beyond what SQLite holds

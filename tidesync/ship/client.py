@@ -115,8 +115,10 @@ class ShipClient:
             settings, state, self.window, link, self.upload_retry, self,
             backoff=self.backoff, random=self.rng.random, clock=clock,
             monotonic=lambda: self.monotonic())
-        self.awaiting = state.awaiting_receipts()
-        self.more_receipts = self.awaiting > 0
+        self.awaiting = state.awaits_receipts()
+        self.more_receipts = self.awaiting
+        self.pages_waiting = False
+        """The last receipts page said more wait: once no upload is due, ask at once."""
         self.stop_event = threading.Event()
         self._watermarks: dict[PartitionKey, Watermark] = {}
         self._queue_down: str | None = None
@@ -227,12 +229,9 @@ class ShipClient:
 
     def _intake(self) -> None:
         self.consumer.set_paused(self._full_partitions())
-        now = self.monotonic()
-        wait = (0.0 if self.uploads.can_send(now, self.node_blocked is not None)
-                else min(self.settings.idle_poll_seconds, _ANSWER_POLL_SECONDS)
-                if self.uploads.flights else self.settings.idle_poll_seconds)
         try:
-            recorded = self.consumer.poll(self.settings.poll_records, wait)
+            recorded = self.consumer.poll(self.settings.poll_records,
+                                          self._poll_wait(self.monotonic()))
         except QueueUnavailable as error:
             self._queue_unavailable(error)
             return
@@ -240,13 +239,23 @@ class ShipClient:
         if recorded.sendable:
             self.window.add(recorded.sendable, recorded.sizes)
         if recorded.awaiting_receipt:
-            self.awaiting = self.state.awaiting_receipts()
+            self.awaiting = self.state.awaits_receipts()
             self.more_receipts = True
         if recorded.new_events or recorded.blocked or recorded.skipped or recorded.rereads:
             self._watermarks.clear()
         if recorded.blocked:
             self._blocked_dirty = True
         self._update_queue_health()
+
+    def _poll_wait(self, now: float) -> float:
+        """How long the queue's poll may wait when nothing is there to read: not at all while
+        an upload or a receipts page could go now; briefly while answers are on their way."""
+        if (self.uploads.can_send(now, self.node_blocked is not None)
+                or (not self.side.busy("receipts") and self._receipts_due(now))):
+            return 0.0
+        if self.uploads.flights or self.side.busy():
+            return min(self.settings.idle_poll_seconds, _ANSWER_POLL_SECONDS)
+        return self.settings.idle_poll_seconds
 
     def _full_partitions(self) -> set[PartitionKey]:
         if (len(self.window) >= self.settings.window_total
@@ -326,7 +335,7 @@ class ShipClient:
             if not self.uploads.backlog(now):
                 self.receipts.due_within(now, self.settings.receipts_after_upload)
         if progress.received or progress.terminal:
-            self.awaiting = self.state.awaiting_receipts()
+            self.awaiting = self.state.awaits_receipts()
         self.meter.confirmed_bytes += progress.terminal_bytes
         self._watermarks.clear()
 
@@ -381,10 +390,7 @@ class ShipClient:
         # restart that read received events again marks more too, and one page may settle
         # them all while it is on its way). While uploads have a backlog, one page per
         # receipts interval (sooner while pages are full); otherwise page after page.
-        if (self.node_blocked is not None or self.side.busy("receipts")
-                or not self.receipts_retry.due(now) or not self.receipts.due(now)
-                or not (self.awaiting or self.more_receipts
-                        or self.state.receipts.shore_rejections())):
+        if self.side.busy("receipts") or not self._receipts_due(now):
             return
         self.receipts.done(now)
         self.more_receipts = False
@@ -392,6 +398,13 @@ class ShipClient:
         self.side.start("receipts", lambda: self.link.receipts(cursor, size),
                         self._receipts_page, lambda error: self._request_failed(
                             self.receipts_retry, error, "receipts"))
+
+    def _receipts_due(self, now: float) -> bool:
+        return (self.node_blocked is None and self.receipts_retry.due(now)
+                and (self.receipts.due(now)
+                     or (self.pages_waiting and not self.uploads.backlog(now)))
+                and bool(self.awaiting or self.more_receipts
+                         or self.state.receipts.shore_rejections()))
 
     def _receipts_page(self, page: pb.ReceiptsPage) -> None:
         try:
@@ -403,6 +416,7 @@ class ShipClient:
         self.receipts_retry.succeeded()
         cursor = page.next_cursor or self.state.cursor()
         self._moved(self.state.receipts.apply_receipts(terminal_results(page), cursor, applied))
+        self.pages_waiting = page.has_more
         if page.has_more:
             # More results wait: the next page at once when nothing else waits to go, and
             # soon while uploads go on (on the side thread, beside them), or events the shore

@@ -277,8 +277,8 @@ class SQLiteShipState:
         """Events per state; those this process has on their way count as IN_FLIGHT."""
         return self.receipts.with_in_flight(self.reports.state_counts())
 
-    def awaiting_receipts(self) -> int:
-        return self.reports.awaiting_receipts()
+    def awaits_receipts(self) -> bool:
+        return self.reports.awaits_receipts()
 
     def backlog(self, watermark: Watermark) -> PartitionBacklog:
         return self.reports.backlog(watermark)

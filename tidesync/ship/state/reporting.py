@@ -110,11 +110,13 @@ class SQLiteStateReports:
                              [(str(r[0]) or "UNSPECIFIED", int(r[1])) for r in reasons],
                              dt.datetime.fromisoformat(since) if since else None)
 
-    def awaiting_receipts(self) -> int:
+    def awaits_receipts(self) -> bool:
+        """Whether any event waits for its receipt: the first RECEIVED row along the state
+        index, not a count of them all (this runs after every answer and receipts page)."""
         row = self.database.conn.execute(
-            "SELECT count(*) FROM event_state WHERE state = 'RECEIVED'"
-            " AND direction = ?", (self.database.direction.value,)).fetchone()
-        return int(row[0])
+            "SELECT EXISTS (SELECT 1 FROM event_state WHERE state = 'RECEIVED'"
+            " AND direction = ?)", (self.database.direction.value,)).fetchone()
+        return bool(row[0])
 
     def backlog(self, watermark: Watermark) -> PartitionBacklog:
         row = self.database.conn.execute(
