@@ -78,6 +78,14 @@ def look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None
     return rows
 
 
+WAL_CHECKPOINT_PAGES = 16_000
+"""Pages the write-ahead log grows to before a commit copies them into the file (SQLite's
+default is 1,000). Each poll's rows touch index pages all over the event-id and capture
+indexes, so a commit can write a thousand pages: with the default, nearly every commit also
+checkpointed, rewriting and syncing the file. A longer log copies each page once for many
+commits. The log is cut back to this size (64 MiB of 4 KiB pages) after a checkpoint."""
+
+
 class OrderedWrites:
     """Writes collected in order and run in order; consecutive ones of one statement go as
     one executemany (a prepared statement reused instead of one execute per row)."""
@@ -124,6 +132,8 @@ class ShipStateDatabase:
             conn.execute("PRAGMA busy_timeout = 10000")
             if not read_only:
                 conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_CHECKPOINT_PAGES * 4096}")
             conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'OFF'}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA cell_size_check = ON")
