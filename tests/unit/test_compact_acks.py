@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 from tests.unit.test_ship_state import TOPIC, event, event_record
 from tidesync.config import ShipConfig
 from tidesync.ingress.answers import compact_answer
-from tidesync.ingress.receipts import MAX_COMPACT_PAGE, compact_receipts_page, page_request
+from tidesync.ingress.receipts import (
+    MAX_COMPACT_PAGE,
+    MAX_LISTED,
+    compact_receipts_page,
+    page_request,
+)
 from tidesync.ship.shore_answers import applied_ranges, batch_answers, terminal_results
 from tidesync.ship.state import ReceiveOutcome, SQLiteShipState
 from tidesync.wire import codec
@@ -126,6 +131,27 @@ def test_a_second_result_of_one_event_starts_the_next_page() -> None:
     page = compact_receipts_page(rows, 0, 100)
     assert (page.next_cursor, page.has_more) == ("2", True)
     assert [r.result for r in page.results] == [pb.REJECTED]
+
+
+def test_a_ranged_page_lists_at_most_a_thousand_results_one_by_one() -> None:
+    # 2,500 conflicts among applied events: each listed result costs the downlink a few dozen
+    # bytes, so a page stops before the 1,001st and the next page goes on from there.
+    rows = [receipt(1 + i, uuid.uuid4(), i, "CONFLICT_RECORDED" if i % 4 else "APPLIED")
+            for i in range(3_400)]
+    offset_of = {r[1]: r[7] for r in rows}
+    seen: list[int] = []
+    cursor, pages = 0, 0
+    while True:
+        page = compact_receipts_page([r for r in rows if int(r[0]) > cursor], cursor, 5_000)
+        assert len(page.results) <= MAX_LISTED
+        ranges = applied_ranges(page)
+        seen += [o for o in range(3_400) if ranges.contains(Stream(TOPIC, 0, 0), o)]
+        seen += [int(offset_of[uuid.UUID(bytes=r.event_id)]) for r in page.results]
+        cursor, pages = int(page.next_cursor), pages + 1
+        if not page.has_more:
+            break
+    assert pages == 3
+    assert sorted(seen) == list(range(3_400))  # every result once, none skipped
 
 
 def test_the_ship_applies_ranged_receipts_to_its_own_events_only(tmp_path: Path) -> None:

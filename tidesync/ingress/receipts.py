@@ -23,6 +23,11 @@ MAX_PAGE = 1000
 MAX_COMPACT_PAGE = 10_000
 """Results of one page in the ranged form: plain APPLIED ones cost a few bytes per range there,
 so a ship that uploads fast can learn their fate as fast."""
+MAX_LISTED = MAX_PAGE
+"""Results a ranged page lists one by one (conflicts, rejections, verdicts with a reason): each
+costs a few dozen bytes of the downlink, so a page of them stays a fraction of a second of a
+satellite link's time and the node's other requests (commands, heartbeats) do not queue behind
+it; whatever follows goes on the next page."""
 DEFAULT_PAGE = 500
 _CURSOR = re.compile(r"0|[1-9][0-9]{0,18}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -115,7 +120,8 @@ def compact_receipts_page(rows: Sequence[tuple[Any, ...]], after_seq: int,
     """The page of up to `limit` rows (one more was read to tell whether there are more).
 
     A page never holds two results of one event: their order would be lost between the
-    ranges and the entries, so the later one starts the next page."""
+    ranges and the entries, so the later one starts the next page. Nor does it list more than
+    MAX_LISTED results one by one: the next one starts the next page."""
     page = pb.ReceiptsPage(has_more=len(rows) > limit)
     applied: list[tuple[Stream, int]] = []
     places: set[tuple[Stream, int]] = set()
@@ -126,10 +132,14 @@ def compact_receipts_page(rows: Sequence[tuple[Any, ...]], after_seq: int,
         if event_id in events:
             page.has_more = True
             break
+        where = (Stream(topic, partition, epoch or 0), position)
+        ranged = result == "APPLIED" and not reason and epoch is not None and where not in places
+        if not ranged and len(page.results) >= MAX_LISTED:
+            page.has_more = True
+            break
         events.add(event_id)
         last = seq
-        where = (Stream(topic, partition, epoch or 0), position)
-        if result == "APPLIED" and not reason and epoch is not None and where not in places:
+        if ranged:
             places.add(where)
             applied.append(where)
             continue
