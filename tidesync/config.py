@@ -205,6 +205,10 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
     send_window_events: int = 10_000
     send_window_total_events: int = 20_000
     max_open_per_partition: int = 100_000
+    # Applied events are pruned from the state file once the queue commit is this many
+    # offsets past them (the newest stay, to recognise records the capture emits again);
+    # 0 keeps every event's row.
+    state_retain_offsets: int = 200_000
     request_timeout_seconds: int = 60
     # Results per receipts page: plain APPLIED ones come as offset ranges, a few bytes each
     # range, so a page may hold many (the shore caps the ranged form at 10,000, older
@@ -247,6 +251,8 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
                 problems.append(f"ship.{name}: must be >= 1")
         if self.uplink_rate_bytes_per_sec < 0 or self.uplink_burst_bytes < 1:
             problems.append("ship.uplink_rate_bytes_per_sec: must be >= 0 (with a burst >= 1)")
+        if self.state_retain_offsets < 0:
+            problems.append("ship.state_retain_offsets: must be >= 0 (0 keeps every row)")
         if self.receipts_page_size > 10_000:
             problems.append("ship.receipts_page_size: must be <= 10000")
         try:

@@ -104,7 +104,7 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
                         (3, "0003_operator_actions"), (4, "0004_domain_command_kinds"),
                         (5, "0005_rule_switch"), (6, "0006_resend_command_kind"),
                         (7, "0007_replay_runs"), (8, "0008_open_events_by_state"),
-                        (9, "0009_reconcile_command_kinds")]
+                        (9, "0009_reconcile_command_kinds"), (10, "0010_pruned_events")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",

@@ -52,6 +52,7 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
         window_per_partition=ship.send_window_events,
         window_total=ship.send_window_total_events,
         max_open_per_partition=ship.max_open_per_partition,
+        retain_offsets=ship.state_retain_offsets,
         receipts_page_size=ship.receipts_page_size,
         receipts_interval=float(ship.receipts_interval_seconds),
         heartbeat_interval=float(ship.heartbeat_interval_seconds),

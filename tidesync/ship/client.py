@@ -452,6 +452,9 @@ class ShipClient:
             self._watermarks.clear()
             if self.rules is not None and len(self.rules.generations) > 1:
                 self.rules.prune(self._current_watermarks().values())
+            if self.settings.retain_offsets:
+                self.state.prune(self._current_watermarks().values(),
+                                 self.settings.retain_offsets, self.settings.prune_chunk)
 
     # ------------------------------------------------------------------ sync rules
 

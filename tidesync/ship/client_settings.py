@@ -21,6 +21,10 @@ class ClientSettings:
     Records with schemas are several times the events they become, so for small rows the
     counts above bind first; the window must hold the uploads in flight and the next one."""
     max_open_per_partition: int = 100_000
+    retain_offsets: int = 200_000
+    """Applied events further than this behind a partition's queue commit are pruned from the
+    state file (0: never); at most `prune_chunk` rows after each commit."""
+    prune_chunk: int = 5_000
     poll_records: int = 500
     receipts_page_size: int = 5000
     receipts_interval: float = 5.0

@@ -69,6 +69,7 @@ from tidesync.ship.state.receipts import (
     TerminalResult,
 )
 from tidesync.ship.state.reporting import Health, PartitionBacklog, SQLiteStateReports
+from tidesync.ship.state.retention import SQLiteRetention
 from tidesync.ship.state.watermarks import BlockedKeys, FirstOffset, SQLiteWatermarks, Watermark
 
 __all__ = [
@@ -132,6 +133,7 @@ class SQLiteShipState:
         self.commands = SQLiteCommands(self.database)
         self.dispositions = SQLiteDispositions(self.database, watermarks, blocked_keys)
         self.reports = SQLiteStateReports(self.database)
+        self.retention = SQLiteRetention(self.database)
         if not read_only:
             self.migrate()
 
@@ -276,6 +278,10 @@ class SQLiteShipState:
     def state_counts(self) -> dict[str, int]:
         """Events per state; those this process has on their way count as IN_FLIGHT."""
         return self.receipts.with_in_flight(self.reports.state_counts())
+
+    def prune(self, watermarks: Iterable[Watermark], retain_offsets: int, limit: int) -> int:
+        """Prune up to `limit` applied events behind the queue commits (see `retention`)."""
+        return self.retention.prune(watermarks, retain_offsets, limit)
 
     def awaits_receipts(self) -> bool:
         return self.reports.awaits_receipts()

@@ -88,13 +88,25 @@ class SQLiteStateReports:
         return [Health(r[0], r[1], r[2], r[3], dt.datetime.fromisoformat(r[4])) for r in rows]
 
     def state_counts(self) -> dict[str, int]:
+        """Events per state; pruned ones (`retention`) count as TERMINAL."""
         rows = self.database.conn.execute(
             "SELECT state, count(*) FROM event_state WHERE direction = ?"
             " GROUP BY state", (self.database.direction.value,)).fetchall()
-        return {row[0]: row[1] for row in rows}
+        counts = {row[0]: row[1] for row in rows}
+        pruned = sum(self._pruned().values())
+        if pruned:
+            counts["TERMINAL"] = counts.get("TERMINAL", 0) + pruned
+        return counts
+
+    def _pruned(self) -> dict[str, int]:
+        rows = self.database.conn.execute(
+            "SELECT result, events FROM pruned_event_count WHERE direction = ?",
+            (self.database.direction.value,)).fetchall()
+        return {str(row[0]): int(row[1]) for row in rows}
 
     def shore_verdicts(self) -> ShoreVerdicts:
-        """Terminal events by the shore's result, and the rejected ones by reason."""
+        """Terminal events by the shore's result (pruned ones included), and the rejected
+        ones by reason."""
         direction = self.database.direction.value
         results = self.database.conn.execute(
             "SELECT result, count(*) FROM event_state WHERE direction = ? AND state = 'TERMINAL'"
@@ -106,7 +118,10 @@ class SQLiteStateReports:
         since = self.database.conn.execute(
             "SELECT min(updated_at) FROM event_state WHERE direction = ? AND state = 'TERMINAL'"
             " AND result = 'REJECTED'", (direction,)).fetchone()[0]
-        return ShoreVerdicts({str(r[0]): int(r[1]) for r in results},
+        by_result = {str(r[0]): int(r[1]) for r in results}
+        for result, events in self._pruned().items():
+            by_result[result] = by_result.get(result, 0) + events
+        return ShoreVerdicts(dict(sorted(by_result.items())),
                              [(str(r[0]) or "UNSPECIFIED", int(r[1])) for r in reasons],
                              dt.datetime.fromisoformat(since) if since else None)
 
