@@ -155,6 +155,17 @@ def test_nothing_the_shore_finished_is_sent_again(store: SQLiteShipState) -> Non
     assert consumer.rewound == [] and states(store)[0] == (1, "TERMINAL")
 
 
+def test_an_applied_event_pruned_from_the_state_file_is_not_resent(
+        store: SQLiteShipState) -> None:
+    store.mark_committed({KEY: 1})
+    assert store.prune(store.watermarks(), 0, 100) == 1  # sequence 1 leaves the file
+    outcome = QueueResender(store, FakeConsumer()).resend(  # type: ignore[arg-type]
+        ResendPayload(TOPIC, 0, 0, 1))
+    assert (outcome.result, outcome.reason) == (CommandResult.COMMAND_ALREADY_APPLIED,
+                                                ResendReason.ALREADY_TERMINAL)
+    assert states(store)[0] == (2, "RECEIVED")
+
+
 @pytest.mark.parametrize(("request_", "reason"), [
     (ResendPayload(TOPIC, 0, 1, 3), ResendReason.REPLAY_EPOCH_MISMATCH),
     (ResendPayload(TOPIC, 0, 0, 6), ResendReason.SEQUENCE_UNKNOWN),

@@ -103,10 +103,13 @@ def _refusal(start: ResendStart, request: ResendPayload) -> ResendOutcome | None
     if watermark is None or watermark.replay_epoch != request.replay_epoch:
         return _rejected(ResendReason.REPLAY_EPOCH_MISMATCH,
                          "this ship reads that partition in another replay epoch")
-    if start.state is None:
+    # A sequence this partition gave out whose row is gone was pruned: applied on the shore
+    # (`tidesync.ship.state.retention`).
+    pruned = start.state is None and 0 < request.from_sequence < watermark.next_source_sequence
+    if start.state is None and not pruned:
         return _rejected(ResendReason.SEQUENCE_UNKNOWN,
                          f"no event of this ship has source_sequence {request.from_sequence}")
-    if start.state is EventState.TERMINAL:
+    if start.state is EventState.TERMINAL or pruned:
         return ResendOutcome(CommandResult.COMMAND_ALREADY_APPLIED,
                              ResendReason.ALREADY_TERMINAL,
                              "the shore already answered that event with its result")
