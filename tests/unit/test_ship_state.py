@@ -37,6 +37,7 @@ from tidesync.ship.state import (
     TerminalResult,
     queue_key_digest,
 )
+from tidesync.ship.state.intake import _KNOWN_AT, capture_position
 from tidesync.ship.state.watermarks import _FIRST_PER_OPEN_STATE
 
 NODE = "ship-7"
@@ -104,7 +105,8 @@ def test_migrations_pragmas_and_indexes(tmp_path: Path) -> None:
                         (3, "0003_operator_actions"), (4, "0004_domain_command_kinds"),
                         (5, "0005_rule_switch"), (6, "0006_resend_command_kind"),
                         (7, "0007_replay_runs"), (8, "0008_open_events_by_state"),
-                        (9, "0009_reconcile_command_kinds"), (10, "0010_pruned_events")]
+                        (9, "0009_reconcile_command_kinds"), (10, "0010_pruned_events"),
+                        (11, "0011_capture_positions")]
     tables = {row[0] for row in state.conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"event_state", "partition_watermark", "rule_snapshot", "inbound_command",
@@ -210,6 +212,38 @@ def test_a_record_the_capture_emitted_again_is_a_duplicate(store: SQLiteShipStat
     twice = store.record([event_record(3, 3, binlog_pos=900), event_record(4, 3, binlog_pos=900)],
                          0)
     assert (len(twice.sendable), twice.duplicates) == (1, 1)
+
+
+def test_captures_are_indexed_in_binlog_order(store: SQLiteShipState) -> None:
+    store.record([event_record(0, 1, binlog_pos=500)], 0)
+    assert store.conn.execute("SELECT capture_pos FROM event_state").fetchone()[0] == (
+        1 << 40 | 500)  # mysql-bin.000001, position 500
+    plan = " ".join(str(row) for row in store.conn.execute(
+        "EXPLAIN QUERY PLAN " + _KNOWN_AT.format(values="VALUES (?, ?)"), (1, b"x")))
+    assert "event_state_capture_at (capture_pos=? AND capture_id=?)" in plan
+
+
+@pytest.mark.parametrize(("file", "position", "place"), [
+    ("mysql-bin.000042", 4, 42 << 40 | 4), ("mariadb-bin.999999", (1 << 40) - 1,
+                                            999999 << 40 | (1 << 40) - 1),
+    ("binlog", 4, None), ("mysql-bin.0000001", 4, None), ("mysql-bin.000001", 1 << 40, None),
+    ("mysql-bin.00001٣", 4, None), (None, 4, None), ("mysql-bin.000001", None, None)])
+def test_a_capture_place_is_only_taken_from_a_numbered_file_and_a_position(
+        file: str | None, position: int | None, place: int | None) -> None:
+    plain = event(0, 1)
+    details = {**plain.source_details, "binlog_file": file, "binlog_position": position}
+    assert capture_position(dataclasses.replace(plain, source_details=details)) == place
+
+
+def test_a_capture_recorded_before_places_were_kept_is_still_recognised(
+        store: SQLiteShipState) -> None:
+    original = store.record([event_record(0, 1, binlog_pos=500)], 0).sendable[0]
+    # As a state file written before 0011 holds it: no place, in the capture-id index.
+    store.conn.execute("UPDATE event_state SET capture_pos = NULL")
+    again = store.record([event_record(1, 1, binlog_pos=500)], 0)
+    assert (again.duplicates, again.new_events) == (1, 0)
+    assert store.conn.execute("SELECT duplicate_of FROM event_state WHERE kafka_offset = 1"
+                              ).fetchone()[0] == original.event_id.bytes
 
 
 def test_a_blocked_record_holds_the_checkpoint_and_its_key(store: SQLiteShipState) -> None:

@@ -86,7 +86,7 @@ def test_old_command_kinds_read_as_the_domains_after_migration(tmp_path: Path) -
     try:
         assert again.migrate() == []
         versions = [row[0] for row in again.conn.execute("SELECT version FROM schema_version")]
-        assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert versions == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     finally:
         again.close()
 

@@ -80,10 +80,11 @@ def look_up(conn: sqlite3.Connection, select: str, wanted: Iterable[bytes | None
 
 WAL_CHECKPOINT_PAGES = 16_000
 """Pages the write-ahead log grows to before a commit copies them into the file (SQLite's
-default is 1,000). Each poll's rows touch index pages all over the event-id and capture
-indexes, so a commit can write a thousand pages: with the default, nearly every commit also
-checkpointed, rewriting and syncing the file. A longer log copies each page once for many
-commits. The log is cut back to this size (64 MiB of 4 KiB pages) after a checkpoint."""
+default is 1,000). Each poll's rows touch index pages all over the event-id index (and,
+before capture places, the capture index), so a commit can write a thousand pages: with the
+default, nearly every commit also checkpointed, rewriting and syncing the file. A longer log
+copies each page once for many commits. The log is cut back to this size (64 MiB of 4 KiB
+pages) after a checkpoint."""
 
 
 class OrderedWrites:

@@ -38,9 +38,18 @@ from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
 _INSERT_EVENT = (
     "INSERT INTO event_state (event_id, direction, topic, kafka_partition, kafka_offset,"
     " replay_epoch, rule_id, state, result, reason, detail, source_sequence, bytes, key_digest,"
-    " capture_id, duplicate_of, captured_at, business_at, updated_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " capture_id, duplicate_of, captured_at, business_at, updated_at, capture_pos)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# Captures recorded with their binlog place, probed along (capture_pos, capture_id) — a VALUES
+# list joined to the index, one probe per pair — and those recorded before it existed.
+_KNOWN_AT = (
+    "SELECT t.capture_id, t.event_id FROM ({values}) AS v JOIN event_state AS t"
+    " ON t.capture_pos = v.column1 AND t.capture_id = v.column2 WHERE t.capture_pos IS NOT NULL"
+)
+_KNOWN_LEGACY = ("SELECT capture_id, event_id FROM event_state WHERE capture_id IS NOT NULL"
+                 " AND capture_pos IS NULL AND capture_id IN")
+_PAIRS_PER_PROBE = 400  # two parameters each: under SQLite's oldest limit of 999
 _CAPTURE_FIELDS = ("gtid", "server_id", "binlog_file", "binlog_position", "binlog_row",
                    "snapshot")
 
@@ -116,6 +125,21 @@ def capture_id(event: ChangeEvent, record_key: bytes | None) -> bytes | None:
 
 
 _OPERATION_TEXT = {operation: operation.value for operation in Operation}
+_FILE_NUMBER_DIGITS = 6  # mysql-bin.000042: numbers below 2^20, so the place fits 64 bits
+
+
+def capture_position(event: ChangeEvent) -> int | None:
+    """Where the capture read the change, in binlog order: the binlog file's number × 2^40 +
+    the position (None without a numbered file and a position below 2^40). Rows are indexed
+    by it before their capture id, so new ones are appended to that index."""
+    details = event.source_details
+    file, position = details.get("binlog_file"), details.get("binlog_position")
+    if type(file) is not str or type(position) is not int or not 0 <= position < 1 << 40:
+        return None
+    number = file.rpartition(".")[2]
+    if not (number.isdigit() and number.isascii()) or len(number) > _FILE_NUMBER_DIGITS:
+        return None
+    return int(number) << 40 | position
 
 
 def platform_write_id(event: ChangeEvent) -> bytes | None:
@@ -185,10 +209,14 @@ class SQLiteIntake:
                       next_sequence: int, replay_epoch: int, recorded: Recorded) -> int:
         """Decide and store records read for the first time; returns the next sequence."""
         read = [self._read_record(item, replay_epoch) for item in fresh]
+        places = [capture_position(item.outcome.event) if record.capture_id is not None
+                  and isinstance(item.outcome, Normalized) else None
+                  for item, record in zip(fresh, read, strict=True)]
         blocked_keys = self.blocked_keys.of(key)
         context = IntakeContext(
             next_sequence, frozenset(blocked_keys),
-            self._known_captures(conn, (r.capture_id for r in read)),
+            self._known_captures(conn, [(r.capture_id, place) for r, place
+                                        in zip(read, places, strict=True)]),
             self._proven_platform_writes(conn, (r.platform_id for r in read)))
         now = self.database.now_text()
         decided = decide_fresh(read, context)
@@ -197,7 +225,8 @@ class SQLiteIntake:
         direction = self.database.direction.value
         sendable, sizes = recorded.sendable, recorded.sizes
         rows = []
-        for item, record, decision in zip(fresh, read, decided.decisions, strict=True):
+        for item, record, place, decision in zip(fresh, read, places, decided.decisions,
+                                                 strict=True):
             tally = decision.tally
             if tally is Tally.NEW_EVENT:
                 recorded.new_events += 1
@@ -224,7 +253,8 @@ class SQLiteIntake:
                          item.offset, replay_epoch, rule, _STATE_TEXT[state], decision.result,
                          decision.reason, decision.detail, decision.source_sequence,
                          item.size, item.key_digest, decision.capture_id,
-                         decision.duplicate_of, captured_micros, business_micros, now))
+                         decision.duplicate_of, captured_micros, business_micros, now,
+                         None if decision.capture_id is None else place))
         conn.executemany(_INSERT_EVENT, rows)
         return decided.context.next_sequence
 
@@ -289,10 +319,19 @@ class SQLiteIntake:
              item.key_digest, self.database.now_text()))
 
     def _known_captures(self, conn: sqlite3.Connection,
-                        wanted: Iterable[bytes | None]) -> dict[bytes, bytes]:
-        """capture id → event id of the rows that already hold these capture coordinates."""
-        rows = look_up(conn, "SELECT capture_id, event_id FROM event_state WHERE capture_id IN",
-                       wanted)
+                        wanted: Sequence[tuple[bytes | None, int | None]]
+                        ) -> dict[bytes, bytes]:
+        """capture id → event id of the rows that already hold these capture coordinates
+        (`wanted`: capture id and binlog place of each record). Rows recorded before places
+        were kept are found by capture id alone."""
+        rows = look_up(conn, _KNOWN_LEGACY, (capture for capture, _ in wanted))
+        pairs = sorted({(place, capture) for capture, place in wanted
+                        if capture is not None and place is not None})
+        for start in range(0, len(pairs), _PAIRS_PER_PROBE):
+            chunk = pairs[start:start + _PAIRS_PER_PROBE]
+            values = "VALUES " + ",".join(["(?, ?)"] * len(chunk))
+            rows += conn.execute(_KNOWN_AT.format(values=values),
+                                 [part for pair in chunk for part in pair]).fetchall()
         return {row[0]: row[1] for row in rows}
 
     def _proven_platform_writes(self, conn: sqlite3.Connection,
