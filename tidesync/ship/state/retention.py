@@ -44,17 +44,20 @@ class SQLiteRetention:
     def prune(self, watermarks: Iterable[Watermark], retain_offsets: int, limit: int) -> int:
         """Delete up to `limit` prunable rows (oldest first, partition by partition) in one
         transaction; returns how many were deleted."""
+        # Partitions with offsets left to look at: (key, from, below). Usually none, and then
+        # no write transaction is opened at all.
+        spans = [(wm.key, self._done_below.get(wm.key, 0),
+                  wm.committed_offset - retain_offsets)
+                 for wm in watermarks if wm.committed_offset is not None]
+        spans = [span for span in spans if span[2] > span[1]]
+        if not spans:
+            return 0
         pruned = 0
         direction = self.database.direction.value
         with self.database.transaction() as conn:
-            for watermark in watermarks:
-                if pruned >= limit or watermark.committed_offset is None:
-                    continue
-                key = watermark.key
-                below = watermark.committed_offset - retain_offsets
-                start = self._done_below.get(key, 0)
-                if below <= start:
-                    continue
+            for key, start, below in spans:
+                if pruned >= limit:
+                    break
                 wanted = limit - pruned
                 rows = conn.execute(_PRUNABLE, (key.topic, key.partition, start, below,
                                                 direction, wanted)).fetchall()
