@@ -276,7 +276,9 @@ def test_small_first_requests_grow_until_the_link_is_full() -> None:
     # while the goodput still rises, so it ends near the link's rate, not the first sample's.
     pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=16_000, min_bytes=1_000,
                                  max_bytes=10_000_000))
-    goodput = _link(pace, rate=131_072, rtt=0.6, seconds=60)
+    # The start ends early (an answer took max_request_seconds); the settled pace, sized by the
+    # best goodput measured, takes the rest of the way within a minute or two.
+    goodput = _link(pace, rate=131_072, rtt=0.6, seconds=120)
     assert not pace.starting
     assert goodput > 0.7 * 131_072
     # …and no request carries more than max_request_seconds of link time.
@@ -333,3 +335,40 @@ def test_after_an_outage_every_cut_batch_s_question_is_a_probe_and_none_is_doubl
     assert sorted(shore.fates) == sorted(batch.batch_id for batch in shore.uploads)
     assert len(shore.uploads) == 3  # nothing was sent twice
     assert hooks.received == set(ids)
+
+
+def _started_sizes(pace: LinkPace, slots: int, rate: float, rtt: float,
+                   seconds: float) -> tuple[list[int], float]:
+    """Drive `pace` with `slots` requests in flight over one link of `rate` bytes/s that
+    sends their bytes one after another, each answered `rtt` after its last byte left;
+    returns the size of every request started and the goodput of the last ten seconds."""
+    now = link_free = 0.0
+    flights: list[tuple[float, float, int]] = []
+    sizes: list[int] = []
+    answered: list[tuple[float, int]] = []
+    while now < seconds:
+        while pace.may_start(slots):
+            size = pace.request_bytes()
+            sizes.append(size)
+            pace.started(size, now)
+            link_free = max(link_free, now) + size / rate
+            flights.append((link_free + rtt, now, size))
+        flights.sort()
+        answered_at, began, size = flights.pop(0)
+        now = answered_at
+        pace.ended(size, now, now - began, answered=True)
+        answered.append((now, size))
+    return sizes, sum(size for at, size in answered if at > seconds - 10) / 10
+
+
+def test_the_start_never_puts_more_on_the_link_than_a_settled_request() -> None:
+    # Three requests share the link, so each answer also waits for the others' bytes. The
+    # start doubles the size per answered request; it must stop before a request carries
+    # more link time than the settled pace gives one (a reset loses what is on its way).
+    rate = 131_072
+    pace = LinkPace(PaceSettings(request_seconds=1.0, initial_bytes=64 * 1024))
+    sizes, goodput = _started_sizes(pace, slots=3, rate=rate, rtt=0.6, seconds=60)
+    assert not pace.starting
+    assert max(sizes) <= rate * pace.settings.request_seconds * 1.25
+    # …and the three requests still keep the link full.
+    assert goodput >= 0.95 * rate

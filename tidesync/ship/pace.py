@@ -7,7 +7,10 @@ goodput it measures still rises by a quarter from one sample to the next, every 
 answered request doubles the request size (the link was not yet full). Once the goodput stops
 rising (two samples in a row), a request carries `request_seconds` of link time at the best
 goodput of the last samples, a quarter more so that the requests in flight keep the link busy
-and the samples keep measuring the link rather than the ship. A request never carries more than
+and the samples keep measuring the link rather than the ship. The start ends at the latest when
+an answer took `max_request_seconds` (2 s): answers of side-by-side requests wait behind each
+other's bytes, so a longer limit let the start double past a second of link time per request,
+and a reset loses what a request still had on its way. A request never carries more than
 `max_request_seconds` of link time, so an interruption costs at most that. Up to `slots`
 requests go side by side: with a second of link time each, three of them hold more than the
 link's bandwidth-delay product and its retransmission stalls, so the link never idles while
@@ -40,7 +43,7 @@ class PaceSettings:
     initial_bytes: int = 64 * 1024
     min_bytes: int = 16 * 1024
     max_bytes: int = 4 * 1024 * 1024
-    max_request_seconds: float = 4.0
+    max_request_seconds: float = 2.0
 
 
 @dataclass
