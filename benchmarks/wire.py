@@ -17,7 +17,9 @@ shown beside. The ratio itself stays without dictionaries.
 supplies instead: one JSON object per line with topic, partition, offset, key and value (key
 and value as the JSON documents, or as text holding them, as `rpk topic consume` prints them;
 `kcat -J` names the value `payload`, which is taken too); `--columns` as for `tidesync
-inspect debezium`, needed for payload-only records.
+inspect debezium`, needed for payload-only records. Only the records that become change events
+are compared, on both sides: tombstones, transaction markers, schema changes and records the
+normalizer blocks are left out of the JSON side too, and counted by outcome in the report.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from benchmarks import _mysql_workload, _ship_workload
 from benchmarks.harness import Report, best_of, timed
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord, NormalizerSettings
-from tidesync.cdc.outcomes import Normalized
+from tidesync.cdc.outcomes import BlockReason, Normalized, Skip
 from tidesync.domain.change_event import ChangeEvent
 from tidesync.ship.dictionaries import BatchDictionaries
 from tidesync.wire import codec
@@ -72,6 +74,8 @@ class Workload:
     payload_values: list[bytes | None]
     history: list[ChangeEvent] = dataclasses.field(default_factory=list)
     """Earlier events of the same source, the batches a ship trains its dictionary on."""
+    left_out: Counter[str] = dataclasses.field(default_factory=Counter)
+    """Records of the input that are not in the comparison, by outcome."""
 
 
 def run(report: Report, quick: bool = False, input: Path | None = None,
@@ -139,9 +143,10 @@ def _narrow_events(count: int, seed: int | None = None) -> Workload:
                     [_payload(r.record.value) for r in records])
 
 
-def _normalized(normalizer: DebeziumNormalizer, records: Iterable[KafkaRecord]
-                ) -> list[ChangeEvent]:
-    """Normalized events with contiguous source sequences per partition, as the ship gives."""
+def _normalized(normalizer: DebeziumNormalizer, records: Iterable[KafkaRecord],
+                left_out: Counter[str] | None = None) -> list[ChangeEvent]:
+    """Normalized events with contiguous source sequences per partition, as the ship gives.
+    `left_out` counts the other records by outcome (skipped or blocked, and why)."""
     sequences: Counter[tuple[str, int]] = Counter()
     events = []
     for record in records:
@@ -150,6 +155,9 @@ def _normalized(normalizer: DebeziumNormalizer, records: Iterable[KafkaRecord]
             key = (record.topic, record.partition)
             events.append(dataclasses.replace(outcome.event, source_sequence=sequences[key]))
             sequences[key] += 1
+        elif left_out is not None:
+            kind = "skipped" if isinstance(outcome, Skip) else "blocked"
+            left_out[f"{kind}: {outcome.reason.value}"] += 1
     return events
 
 
@@ -168,12 +176,28 @@ def _from_file(path: Path, columns: Path | None, origin: str) -> Workload:
                 except ValueError as error:
                     raise SystemExit(f"{path}:{number}: not a JSON object ({error})") from None
                 kafka.append(_input_record(document, path, number))
-    events = _normalized(normalizer, kafka)
+    left_out: Counter[str] = Counter()
+    events = _normalized(normalizer, kafka, left_out)
     if not events:
-        raise SystemExit(f"{path}: no record normalized to a change event")
-    return Workload(path.name, events, [k.key for k in kafka], [k.value for k in kafka],
-                    [k.key for k in kafka], [k.value for k in kafka],
-                    events[:len(events) // 2])
+        raise SystemExit(f"{path}: no record normalized to a change event"
+                         f" ({_described(left_out)}){_hint(left_out, columns)}")
+    # Both sides carry the same changes: records that are no change (tombstones, transaction
+    # markers, schema changes) or that could not be read are left out of the JSON side too.
+    places = {(e.source_topic, e.source_partition, e.source_position) for e in events}
+    changes = [r for r in kafka if (r.topic, r.partition, r.offset) in places]
+    keys, values = [k.key for k in changes], [k.value for k in changes]
+    return Workload(path.name, events, keys, values, keys, values, events[:len(events) // 2],
+                    left_out)
+
+
+def _described(left_out: Counter[str]) -> str:
+    return ", ".join(f"{reason} {count:,}" for reason, count in sorted(left_out.items()))
+
+
+def _hint(left_out: Counter[str], columns: Path | None) -> str:
+    if columns is None and left_out[f"blocked: {BlockReason.TYPE_INFO_MISSING.value}"]:
+        return "; payload-only records need their column types: --columns TYPES.json"
+    return ""
 
 
 def _input_record(document: Any, path: Path, number: int) -> KafkaRecord:
@@ -245,7 +269,10 @@ def _compare(report: Report, workload: Workload, *, schemas_known: bool) -> floa
     records = len(workload.keys)
     operations = Counter(event.operation.value for event in events)
     label = workload.name
-    report.add(f"[{label}] records / events", f"{records:,} / {count:,}")
+    report.add(f"[{label}] records / events", f"{records + sum(workload.left_out.values()):,}"
+               f" / {count:,}")
+    for reason, left in sorted(workload.left_out.items()):
+        report.add(f"[{label}] …left out of both sides, {reason}", left)
     report.add(f"[{label}] UPDATE share", 100.0 * operations["UPDATE"] / count, "%")
     report.add(f"[{label}] tables", len({(e.database, e.table) for e in events}))
     per = 1.0 / count

@@ -96,3 +96,59 @@ def test_wire_benchmark_takes_kcat_lines_and_names_a_broken_line(tmp_path: Path)
         assert result.returncode != 0
         assert problem in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_records_that_are_no_change_count_on_neither_side(tmp_path: Path) -> None:
+    # A real topic dump holds tombstones, transaction markers and schema changes beside the
+    # changes. The ship sends none of them as events, so the JSON side must not count them
+    # either: the same changes with and without them give the same sizes and ratio.
+    fixtures = fixtures_dir()
+
+    def document(name: str) -> object:
+        return json.loads((fixtures / name).read_text())
+
+    created = document("mysql_create_value_with_schema__docs_modern.json")
+    assert isinstance(created, dict)
+    topic = "dbserver1.inventory.customers"
+    key = {"id": created["payload"]["after"]["id"]}
+    changes = [{"topic": topic, "offset": 1, "key": key, "value": created}]
+    others = [
+        {"topic": topic, "offset": 2, "key": key, "value": None},
+        {"topic": "dbserver1.transaction", "offset": 0, "key": None,
+         "value": document("mysql_transaction_topic_begin__docs.json")},
+        {"topic": "dbserver1.transaction", "offset": 1, "key": None,
+         "value": document("mysql_transaction_topic_end__docs.json")},
+        {"topic": "dbserver1", "offset": 0, "key": None,
+         "value": document("mysql_schema_change_topic_value__docs.json")},
+    ]
+    only = tmp_path / "changes.jsonl"
+    only.write_text("".join(json.dumps(record) + "\n" for record in changes))
+    mixed = tmp_path / "dump.jsonl"
+    mixed.write_text("".join(json.dumps(record) + "\n" for record in changes + others))
+
+    def sizes(lines: list[str], name: str) -> list[str]:
+        return [" ".join(line.split("]", 1)[1].split()) for line in lines
+                if line.startswith(f"[{name}] ") and "B/event" in line]
+
+    alone, dumped = run_wire("--input", str(only)), run_wire("--input", str(mixed))
+    assert sizes(dumped, "dump.jsonl") == sizes(alone, "changes.jsonl")
+    assert ratio_of(dumped) == ratio_of(alone)
+    assert any(line.startswith("[dump.jsonl] records / events") and "5 / 1" in line
+               for line in dumped), dumped
+    for reason in ("skipped: TOMBSTONE", "skipped: TRANSACTION_BOUNDARY"):
+        assert any(f"left out of both sides, {reason}" in line for line in dumped), reason
+
+
+def test_payload_only_records_without_column_types_say_what_is_missing(tmp_path: Path
+                                                                        ) -> None:
+    update = json.loads((fixtures_dir() / "mysql_update_payload__docs_modern.json").read_text())
+    path = tmp_path / "payload.jsonl"
+    path.write_text(json.dumps({"topic": "mysql-server-1.inventory.customers", "offset": 8,
+                                "key": {"id": 1004}, "value": update}) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "wire", "--input", str(path)],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode != 0
+    assert "blocked: TYPE_INFO_MISSING 1" in result.stderr
+    assert "--columns TYPES.json" in result.stderr
+    assert "Traceback" not in result.stderr
