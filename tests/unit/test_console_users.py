@@ -21,10 +21,12 @@ from tidesync.apps.users import (
 from tidesync.domain.user import (
     ROLE_PERMISSIONS,
     InvalidUserName,
+    LastAdmin,
     Permission,
     Role,
     User,
     UserError,
+    UserStatus,
 )
 from tidesync.graphql.accounts import TokenAuthenticator
 
@@ -106,3 +108,47 @@ def test_a_revoke_needs_a_reason():
     with pytest.raises(UserError):
         user.revoke("admin", " ")
     assert user.accepts("d") and not user.accepts("e")
+
+
+def _active_admins(service: UserService) -> list[str]:
+    return [user.name for user in service.list()
+            if user.role is Role.ADMIN and user.status is UserStatus.ACTIVE]
+
+
+def test_the_last_active_admin_cannot_be_revoked(users):
+    service = UserService(users)
+    service.add("ana", Role.ADMIN, "setup", "first admin")
+    service.add("bo", Role.ADMIN, "setup", "second admin")
+    service.add("cy", Role.OPERATOR, "setup", "an operator")
+    service.revoke("bo", "ana", "left the company")
+    service.revoke("cy", "ana", "left the company")
+    with pytest.raises(LastAdmin):
+        service.revoke("ana", "ana", "tidying up")
+    assert _active_admins(service) == ["ana"]
+
+
+def test_two_admins_revoking_each_other_at_once_leave_one_admin(users):
+    # Each revocation is decided while the other admin is still active. Saved one after the
+    # other, the second must be refused, not leave the console without an admin.
+    service = UserService(users)
+    service.add("ana", Role.ADMIN, "setup", "first admin")
+    service.add("bo", Role.ADMIN, "setup", "second admin")
+    save = users.save
+    raced: list[int] = []
+
+    def the_other_revocation_first(*aggregates, **kwargs):
+        if users.save is the_other_revocation_first:
+            users.save = save  # the competing revocation saves as usual
+            raced.append(service.revoke("ana", "bo", "handing over"))
+        return save(*aggregates, **kwargs)
+
+    users.save = the_other_revocation_first
+    with pytest.raises(LastAdmin):
+        service.revoke("bo", "ana", "handing over")
+    assert raced, "the competing revocation did not run"
+    assert _active_admins(service) == ["bo"]
+    # The revocation that went through is at the position its answer named.
+    assert users.user("ana").is_revoked
+    named = [n for n in users.notification_log.select(1, 10) if n.id == raced[0]]
+    assert [(n.originator_id, n.topic) for n in named] == [
+        (users.user("ana").id, "tidesync.domain.user:User.Revoked")]

@@ -19,6 +19,8 @@ from tidesync.apps.recorder import created_ids
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.errors import ErrorCode, Unavailable
 from tidesync.domain.user import (
+    ADMIN_ROSTER_ID,
+    AdminRoster,
     LastAdmin,
     Role,
     User,
@@ -31,6 +33,7 @@ from tidesync.domain.user import (
 TOKEN_PREFIX = "tsu_"  # noqa: S105 - a marker, not a secret
 SECRET_BYTES = 32
 RandomBytes = Callable[[int], bytes]
+_REVOKE_ATTEMPTS = 5
 
 
 class UserNotFound(UserError):
@@ -59,6 +62,14 @@ class UsersApplication(Application[uuid.UUID]):
         except AggregateNotFoundError:
             raise UserNotFound("no such user") from None
         return user
+
+    def admin_roster(self) -> AdminRoster:
+        """The roster revocations of admins go through (a new one before the first)."""
+        try:
+            roster: AdminRoster = self.repository.get(ADMIN_ROSTER_ID)
+        except AggregateNotFoundError:
+            return AdminRoster()
+        return roster
 
     def user_ids(self) -> list[uuid.UUID]:
         """Every user's aggregate id, in the order they were added."""
@@ -135,12 +146,29 @@ class UserService:
             user_id.bytes + self.random_bytes(SECRET_BYTES)).rstrip(b"=").decode("ascii")
 
     def revoke(self, name: str, actor: str, reason: str, trace_id: str = "") -> int:
-        """Refuse the user's token from now on; returns the position of the event."""
-        user = self.app.user(name)
-        if user.role is Role.ADMIN and not user.is_revoked and not self._other_admins(user):
-            raise LastAdmin(f"user {name} is the last active admin; add another admin first")
-        user.revoke(actor, reason, trace_id)
-        return self.app.save(user)[-1].notification.id
+        """Refuse the user's token from now on; returns the position of the event.
+
+        An active admin's revocation is saved together with the admin roster's, so of two
+        admins revoking each other at once only one succeeds: the other finds its roster
+        taken, looks again and is refused as the last admin."""
+        for _ in range(_REVOKE_ATTEMPTS):
+            user = self.app.user(name)
+            roster = (self.app.admin_roster() if user.role is Role.ADMIN and not user.is_revoked
+                      else None)
+            if roster is not None and not self._other_admins(user):
+                raise LastAdmin(f"user {name} is the last active admin; add another admin"
+                                " first")
+            user.revoke(actor, reason, trace_id)
+            try:
+                if roster is None:
+                    return self.app.save(user)[-1].notification.id
+                roster.admin_revoked(user.name)
+                recordings = self.app.save(user, roster)
+            except IntegrityError:
+                continue  # another change to this user or to the admins came first
+            return max(recording.notification.id for recording in recordings
+                       if recording.domain_event.originator_id == user.id)
+        raise UserStoreUnavailable(f"revoking user {name} kept meeting other changes; try again")
 
     def _other_admins(self, user: User) -> bool:
         return any(other.role is Role.ADMIN and not other.is_revoked and other.id != user.id

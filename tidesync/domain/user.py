@@ -187,3 +187,26 @@ class User(Aggregate):
     def _revoked(self, actor: str, reason: str, trace_id: str) -> None:
         self.status = UserStatus.REVOKED
         self.revoke_reason = reason
+
+
+ADMIN_ROSTER_ID = uuid.uuid5(USER_NAMESPACE, "the admins")
+"""No user's id: a user name holds no space."""
+
+
+class AdminRoster(Aggregate):
+    """Where revocations of admins meet. Revoking an active admin also records it here, in the
+    same save as the user's own event: two revocations decided on the same roster (each saw the
+    other admin still active) cannot both be stored, because the second one's version of the
+    roster is taken, so the last active admin always stays."""
+
+    @staticmethod
+    def create_id(**_: object) -> uuid.UUID:
+        return ADMIN_ROSTER_ID
+
+    @event("Opened")
+    def __init__(self) -> None:
+        self.revocations = 0
+
+    @event("AdminRevoked")
+    def admin_revoked(self, name: str) -> None:
+        self.revocations += 1

@@ -161,6 +161,7 @@ def _kinds() -> list[AggregateKind]:
         # A user's token shows only as a digest of its digest.
         AggregateKind("user", USERS, "tidesync.domain.user:User",
                       sensitive=frozenset({"token_digest"})),
+        AggregateKind("admin_roster", USERS, "tidesync.domain.user:AdminRoster"),
         AggregateKind("rule_release", RULE_RELEASES,
                       "tidesync.domain.rules.release:RuleRelease"),
         AggregateKind("rule_versions", RULE_RELEASES,
