@@ -55,3 +55,22 @@ def test_a_rules_command_does_not_load_the_shore_server_or_the_console() -> None
     for heavy in ("tidesync.entrypoints.shore_cli", "tidesync.entrypoints.console_cli",
                   "tidesync.entrypoints.demo", "tidesync.graphql.schema", "strawberry"):
         assert heavy not in loaded
+
+
+def test_ship_run_loads_neither_the_shore_nor_the_reconciliation_until_asked() -> None:
+    # A ship's memory is budgeted: `ship run` builds its client without the shore's database
+    # drivers, the console, the capture or SQLAlchemy (the reconciliation loads it when the
+    # shore first asks for one).
+    probe = ("import sys\n"
+             "from tidesync.entrypoints.cli import build_parser\n"
+             "args = build_parser(['ship', 'run']).parse_args(['ship', 'run'])\n"
+             "assert args.handler is not None\n"
+             "import tidesync.bootstrap.ship, tidesync.bootstrap.ship_reconcile\n"
+             "print('\\n'.join(sorted(sys.modules)))\n")
+    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                check=True, timeout=120).stdout.split())
+    assert "tidesync.ship.client" in loaded
+    for heavy in ("sqlalchemy", "psycopg", "psycopg_pool", "pymysqlreplication", "strawberry",
+                  "tidesync.shore.downlink", "tidesync.ship.reconcile",
+                  "tidesync.bootstrap.capture", "tidesync.capture.binlog"):
+        assert heavy not in loaded, heavy

@@ -15,10 +15,10 @@ import logging
 import re
 import threading
 
+from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.binlog import BinlogSettings, MySQLBinlogCapture
 from tidesync.capture.checkpointer import CaptureStats, Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
-from tidesync.capture.errors import CaptureError, CaptureErrorReason
 from tidesync.capture.positions import SQLitePositionStore
 from tidesync.capture.publisher import KafkaEnvelopePublisher
 from tidesync.capture.settings import (
@@ -77,15 +77,6 @@ def downlink_topic_warnings(config: Config) -> list[str]:
                 f" ship capture's topics ({sample_topic(node)!r} …)" for node in ships
                 if re.search(config.downlink.topic_pattern, sample_topic(node))]
     return warnings
-
-
-def topic_prefix(config: Config) -> str:
-    """`<capture.topic_prefix>.<logical name>`: Debezium's `topic.prefix` (its server name)."""
-    logical_name = config.capture.logical_name or config.ship.node_id
-    if not logical_name:
-        raise CaptureError(CaptureErrorReason.CONFIGURATION,
-                           "capture.logical_name (or ship.node_id) must be set")
-    return f"{config.capture.topic_prefix}.{logical_name}"
 
 
 def binlog_settings(config: Config) -> BinlogSettings:

@@ -9,8 +9,8 @@ import re
 import ssl
 from pathlib import Path
 
-from tidesync.bootstrap.capture import topic_prefix
 from tidesync.bootstrap.sync_states import SnapshotSyncStates
+from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.settings import CaptureSource, other_side_topics, sample_topic
 from tidesync.capture.snapshot_activation import ActivationSnapshots
 from tidesync.cdc.column_types import InMemoryColumnTypes

@@ -15,12 +15,13 @@ from psycopg_pool import ConnectionPool
 from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.apps.nodes import NodeNotFound, NodesApplication
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
-from tidesync.bootstrap.reconcile import business_connection, reconcile_schedule
+from tidesync.bootstrap.reconcile import reconcile_schedule
 from tidesync.bootstrap.rules import (
     LazyRuleReleases,
     build_rule_activations,
     open_rule_releases,
 )
+from tidesync.bootstrap.ship_reconcile import business_connection
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings

@@ -16,15 +16,9 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from tidesync.bootstrap.capture import (
-    run_capture,
-    shore_capture_config,
-    shore_capture_warnings,
-    topic_prefix,
-)
+from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.errors import CaptureError
 from tidesync.capture.positions import SQLitePositionStore
-from tidesync.capture.sqlite import enable_sqlite_capture
 from tidesync.config import Config, load_config
 
 if TYPE_CHECKING:
@@ -70,11 +64,15 @@ def add_shore_capture_command(shore_commands: Commands) -> None:
 
 
 def _load(args: argparse.Namespace) -> Config:
+    from tidesync.bootstrap.capture import shore_capture_config  # the capture, when it runs
+
     config = load_config(args.config)
     return shore_capture_config(config) if getattr(args, "for_shore", False) else config
 
 
 def _run_shore_capture(args: argparse.Namespace) -> int:
+    from tidesync.bootstrap.capture import shore_capture_warnings
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for warning in shore_capture_warnings(load_config(args.config)):
         logging.getLogger(__name__).warning("%s", warning)
@@ -82,6 +80,8 @@ def _run_shore_capture(args: argparse.Namespace) -> int:
 
 
 def _run_capture(args: argparse.Namespace) -> int:
+    from tidesync.bootstrap.capture import run_capture
+
     config = _load(args)
     if not config.capture.kafka_bootstrap_servers and not config.ship.kafka_bootstrap_servers:
         print("tidesync: no broker: set kafka_bootstrap_servers", file=sys.stderr)
@@ -106,6 +106,8 @@ def _run_capture(args: argparse.Namespace) -> int:
 
 
 def _run_enable(args: argparse.Namespace) -> int:
+    from tidesync.capture.sqlite import enable_sqlite_capture
+
     path = args.sqlite or _load(args).capture.sqlite_path
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as connection:
         for table in args.tables:

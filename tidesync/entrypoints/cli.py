@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from tidesync.bootstrap.event_store import STORE_ERRORS, store_problem
 from tidesync.config import Config, ConfigError, load_config
 from tidesync.entrypoints.inspect_cli import add_inspect_debezium_arguments
 
@@ -160,11 +159,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"tidesync: {error}", file=sys.stderr)
         return 2
-    except STORE_ERRORS as error:
-        print(f"tidesync: the event store's PostgreSQL is unavailable ({store_problem(error)});"
+    except Exception as error:
+        problem = _store_problem(error)
+        if problem is None:
+            raise
+        print(f"tidesync: the event store's PostgreSQL is unavailable ({problem});"
               " try again later", file=sys.stderr)
         return STORE_UNAVAILABLE
     return result
+
+
+def _store_problem(error: Exception) -> str | None:
+    """Why the event store was unavailable, when `error` says it was. Only a command that
+    loaded the store's wiring can have failed on it, so a ship command never loads the
+    store's database drivers for this."""
+    store = sys.modules.get("tidesync.bootstrap.event_store")
+    if store is None or not isinstance(error, store.STORE_ERRORS):
+        return None
+    problem: str = store.store_problem(error)
+    return problem
 
 
 if __name__ == "__main__":

@@ -42,12 +42,12 @@ from types import FrameType
 from typing import Any
 
 from tidesync.apps.nodes import Actor
-from tidesync.bootstrap.capture import topic_prefix
 from tidesync.bootstrap.event_store import postgres_conninfo
 from tidesync.bootstrap.ingress import open_node_service
 from tidesync.bootstrap.ship import build_client
 from tidesync.bootstrap.shore import build_worker
 from tidesync.bootstrap.target import build_target_applier
+from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.checkpointer import CaptureStats, Checkpointer
 from tidesync.capture.envelope_writer import DebeziumEnvelopeWriter
 from tidesync.capture.positions import SQLitePositionStore

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tidesync.bootstrap.reconcile import ship_reconciler
 from tidesync.bootstrap.ship import activation_snapshots, build_client
+from tidesync.bootstrap.ship_reconcile import ship_reconciler
 from tidesync.config import Config, load_config
 from tidesync.ship.heap import settle_startup_heap
 from tidesync.ship.rules import rules_report

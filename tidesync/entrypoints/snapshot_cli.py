@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidesync.bootstrap.capture import binlog_settings, topic_prefix
+from tidesync.bootstrap.capture import binlog_settings
+from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.settings import CaptureSource
 from tidesync.capture.snapshot_store import (
     MAX_KEYS,
