@@ -33,7 +33,6 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from benchmarks import baselines
 from benchmarks.harness import Report, timed
 from tidesync.capture.envelope_writer import (
     ColumnDefinition,
@@ -43,7 +42,6 @@ from tidesync.capture.envelope_writer import (
     TableDefinition,
 )
 from tidesync.config import ShipConfig
-from tidesync.localservices import TansuBroker
 
 LINK_BYTES_PER_SECOND = 128 * 1024
 FULL = {"throughput_records": 100_000, "backlog_records": 1_000_000, "rss_seconds": 120.0}
@@ -133,7 +131,9 @@ def produce(bootstrap: str, topic: str, records: Iterator[tuple[bytes, bytes | N
         if count % 10_000 == 0:
             producer.poll(0)
     if producer.flush(300) != 0:
-        raise baselines.BaselineFailed("records were not acknowledged")
+        from benchmarks.baselines import BaselineFailed
+
+        raise BaselineFailed("records were not acknowledged")
     return count
 
 
@@ -187,7 +187,12 @@ def _vm(field: str) -> int:
 
 
 def child(bootstrap: str, prefix: str, state_dir: str, seconds: float) -> None:
-    """Run in the measured process: report RSS before and after the client ran."""
+    """Run in the measured process: report RSS before and after the client ran. The process
+    loads what `tidesync ship run` loads (and not the raw baselines' database drivers)."""
+    from tidesync.entrypoints.cli import build_parser
+
+    build_parser(["ship", "run"]).parse_args(["ship", "run"])
+    import tidesync.bootstrap.ship_reconcile
     import tidesync.ship.client  # noqa: F401 - load everything before the first sample
 
     started_kb = _vm("VmRSS")
@@ -198,6 +203,8 @@ def child(bootstrap: str, prefix: str, state_dir: str, seconds: float) -> None:
 
 
 def _rss_in_child(bootstrap: str, prefix: str, seconds: float) -> dict[str, float]:
+    from benchmarks import baselines
+
     with tempfile.TemporaryDirectory(prefix="tidesync-bench-ship-") as state_dir:
         result = subprocess.run(
             [sys.executable, "-m", "benchmarks.ship", "--child", bootstrap, prefix, state_dir,
@@ -214,6 +221,9 @@ def _rss_in_child(bootstrap: str, prefix: str, seconds: float) -> dict[str, floa
 
 
 def run(report: Report, quick: bool = False) -> None:
+    from benchmarks import baselines
+    from tidesync.localservices import TansuBroker  # the broker's tools stay out of the child
+
     size = QUICK if quick else FULL
     with TansuBroker() as broker:
         bootstrap = broker.bootstrap_servers
