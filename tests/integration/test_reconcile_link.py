@@ -25,7 +25,7 @@ from tests.integration.console_support import console_world, data
 from tests.integration.shore_support import run_sql
 from tests.integration.test_reconcile_mysql import ROWS, _mariadb
 from tests.integration.test_ship_client import shore_for_ship
-from tidesync.bootstrap.ship_reconcile import business_connection
+from tidesync.bootstrap.business_db import business_connection
 from tidesync.capture.snapshot_store import SnapshotStore
 from tidesync.domain.change_event import ChangeEvent, Operation, RecordKey, Revision
 from tidesync.domain.downlink_command import CommandKind

@@ -43,14 +43,20 @@ def test_an_unknown_command_is_refused_with_every_command_listed(
                for command in commands)
 
 
-def test_a_rules_command_does_not_load_the_shore_server_or_the_console() -> None:
+def _loaded_by(argv: list[str], then: str = "") -> set[str]:
+    """The modules a fresh interpreter holds once the parser handled `argv` (and `then` ran)."""
     probe = ("import sys\n"
              "from tidesync.entrypoints.cli import build_parser\n"
-             "args = build_parser(['rules', 'list']).parse_args(['rules', 'list'])\n"
+             f"args = build_parser({argv!r}).parse_args({argv!r})\n"
              "assert args.handler is not None\n"
+             f"{then}\n"
              "print('\\n'.join(sorted(sys.modules)))\n")
-    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                                check=True, timeout=120).stdout.split())
+    return set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              check=True, timeout=120).stdout.split())
+
+
+def test_a_rules_command_does_not_load_the_shore_server_or_the_console() -> None:
+    loaded = _loaded_by(["rules", "list"])
     assert "tidesync.entrypoints.rules_cli" in loaded
     for heavy in ("tidesync.entrypoints.shore_cli", "tidesync.entrypoints.console_cli",
                   "tidesync.entrypoints.demo", "tidesync.graphql.schema", "strawberry"):
@@ -61,14 +67,8 @@ def test_ship_run_loads_neither_the_shore_nor_the_reconciliation_until_asked() -
     # A ship's memory is budgeted: `ship run` builds its client without the shore's database
     # drivers, the console, the capture or SQLAlchemy (the reconciliation loads it when the
     # shore first asks for one).
-    probe = ("import sys\n"
-             "from tidesync.entrypoints.cli import build_parser\n"
-             "args = build_parser(['ship', 'run']).parse_args(['ship', 'run'])\n"
-             "assert args.handler is not None\n"
-             "import tidesync.bootstrap.ship, tidesync.bootstrap.ship_reconcile\n"
-             "print('\\n'.join(sorted(sys.modules)))\n")
-    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                                check=True, timeout=120).stdout.split())
+    loaded = _loaded_by(["ship", "run"],
+                        "import tidesync.bootstrap.ship, tidesync.bootstrap.ship_reconcile")
     assert "tidesync.ship.client" in loaded
     for heavy in ("sqlalchemy", "psycopg", "psycopg_pool", "pymysqlreplication", "strawberry",
                   "tidesync.shore.downlink", "tidesync.ship.reconcile",

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from psycopg_pool import ConnectionPool
 
 from tidesync.apps.nodes import NodesApplication
+from tidesync.bootstrap.business_db import business_connection
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
-from tidesync.bootstrap.ship_reconcile import business_connection
 from tidesync.config import Config
 from tidesync.domain.clock import Clock, utc_now
 from tidesync.domain.rules.release import ReleasedRules

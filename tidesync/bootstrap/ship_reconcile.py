@@ -1,55 +1,25 @@
 """The ship's answering side of reconciliation (`[ship_target]`), loaded when first used.
 
 Answering a reconciliation needs SQLAlchemy and the digest code; a `tidesync ship run` that is
-never asked for one does not load them (about 13 MiB of its resident memory). The business
-database connection is shared with the shore's side (`tidesync.bootstrap.reconcile`).
+never asked for one does not load them (about 13 MiB of its resident memory).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
+from tidesync.bootstrap.business_db import business_connection
 from tidesync.bootstrap.topics import topic_prefix
 from tidesync.capture.settings import CaptureSource
-from tidesync.config import Config, TargetConfig
+from tidesync.config import Config
 from tidesync.domain.clock import utc_now
 from tidesync.domain.downlink_command import ReconcilePayload, SnapshotKeysPayload
 from tidesync.ship.downlink import CommandOutcome, CommandReconciler
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from tidesync.ship.reconcile import AnswerLink, BusinessConnection
+    from tidesync.ship.reconcile import AnswerLink
     from tidesync.target.digests import Key
-
-
-def business_connection(target: TargetConfig) -> BusinessConnection:
-    """Opens a SQLAlchemy connection to a business database (MySQL, or `sqlite_path`)."""
-
-    @contextlib.contextmanager
-    def connect() -> Iterator[sa.Connection]:
-        import sqlalchemy as sa  # loaded by the first reconciliation
-
-        from tidesync.target import digests  # needs SQLAlchemy
-
-        if target.sqlite_path:
-            url = sa.URL.create("sqlite", database=target.sqlite_path)
-        else:
-            url = sa.URL.create("mysql+pymysql", username=target.user,
-                                password=target.password, host=target.host, port=target.port,
-                                database=target.database or None,
-                                query={"charset": "utf8mb4",
-                                       "connect_timeout": str(target.connect_timeout_seconds)})
-        engine = sa.create_engine(url, poolclass=sa.NullPool)
-        try:
-            with engine.connect() as connection:
-                digests.prepare_connection(connection)
-                yield connection
-        finally:
-            engine.dispose()
-    return connect
 
 
 class DeferredReconciler:

@@ -14,6 +14,7 @@ from psycopg_pool import ConnectionPool
 
 from tidesync.apps.conflict_cases import ConflictCasesApplication
 from tidesync.apps.nodes import NodeNotFound, NodesApplication
+from tidesync.bootstrap.business_db import business_connection
 from tidesync.bootstrap.event_store import event_store_env, postgres_conninfo
 from tidesync.bootstrap.reconcile import reconcile_schedule
 from tidesync.bootstrap.rules import (
@@ -21,7 +22,6 @@ from tidesync.bootstrap.rules import (
     build_rule_activations,
     open_rule_releases,
 )
-from tidesync.bootstrap.ship_reconcile import business_connection
 from tidesync.bootstrap.target import build_target_applier
 from tidesync.cdc.column_types import InMemoryColumnTypes
 from tidesync.cdc.debezium import DebeziumNormalizer, NormalizerSettings

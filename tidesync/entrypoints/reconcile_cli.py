@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 import zstandard
 
+from tidesync.bootstrap.business_db import business_connection
 from tidesync.config import Config, TargetConfig, load_config
 from tidesync.domain.clock import utc_now
 from tidesync.domain.errors import TidesyncError
@@ -220,24 +221,13 @@ def _source(connection: sa.Connection, sqlite_path: str, database: str, table: s
 
 @contextlib.contextmanager
 def _connected(sqlite_path: str, target: TargetConfig) -> Iterator[sa.Connection]:
-    if sqlite_path:
-        url = sa.URL.create("sqlite", database=sqlite_path)
-    else:
-        url = sa.URL.create("mysql+pymysql", username=target.user, password=target.password,
-                            host=target.host, port=target.port,
-                            database=target.database or None,
-                            query={"charset": "utf8mb4",
-                                   "connect_timeout": str(target.connect_timeout_seconds)})
-    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    connect = business_connection(dataclasses.replace(target, sqlite_path=sqlite_path))
     try:
-        with engine.connect() as connection:
-            digests.prepare_connection(connection)
+        with connect() as connection:
             yield connection
     except sa.exc.OperationalError as error:
         raise SystemExit(f"tidesync: cannot reach the business database"
                          f" ({type(error.orig).__name__})") from error
-    finally:
-        engine.dispose()
 
 
 def _with_own_size(message: reconciliation.Exchange) -> reconciliation.Exchange:
