@@ -3,6 +3,7 @@ partitions, a preferred rule, retry holds, and batches cut by their real encoded
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from hypothesis import given, settings
@@ -17,7 +18,14 @@ from tidesync.domain.change_event import (
     SourceCoordinates,
     event_id_for,
 )
-from tidesync.ship.batcher import BatchLimits, SendWindow, build_batch
+from tidesync.domain.rules.sync_rule import PriorityClass
+from tidesync.ship.batcher import (
+    MAX_WAIT_SECONDS,
+    BatchLimits,
+    SendWindow,
+    build_batch,
+    default_priority,
+)
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
 
@@ -130,3 +138,81 @@ def test_partition_counts() -> None:
     window = window_of(event(0), event(1, partition=1), event(2, partition=1))
     assert window.count(PartitionKey("sync.cdc.fleet.items", 1)) == 2
     assert uuid.uuid4() not in window
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLASSES = {"alarms": PriorityClass.CRITICAL, "noon": PriorityClass.HIGH,
+           "items": PriorityClass.NORMAL, "logs": PriorityClass.BULK}
+
+
+def by_table(item: ChangeEvent) -> PriorityClass:
+    return CLASSES[item.table]
+
+
+def heads_of(window: SendWindow, turns: int, limits: BatchLimits) -> list[str]:
+    """The table heading each of `turns` batches; each batch is sent and answered."""
+    heads = []
+    for _ in range(turns):
+        batch = window.take(0.0, limits)
+        heads.append(batch[0].table)
+        window.discard(e.event_id for e in batch)
+    return heads
+
+
+def test_a_higher_class_heads_the_batch_whatever_the_turn() -> None:
+    clock = Clock()
+    window = SendWindow(by_table, monotonic=clock)
+    window.add([event(o, table=t, partition=p) for o in range(20)
+                for p, t in enumerate(("logs", "items", "noon", "alarms"))],
+               {})
+    assert heads_of(window, 4, BatchLimits(max_events=20)) == [
+        "alarms", "noon", "items", "logs"]
+
+
+def test_a_batch_is_topped_up_from_higher_classes_first() -> None:
+    window = SendWindow(by_table, monotonic=Clock())
+    window.add([event(o, table=t, partition=p) for o in range(3)
+                for p, t in enumerate(("logs", "items", "alarms"))], {})
+    batch = window.take(0.0, BatchLimits(max_events=8))
+    assert [e.table for e in batch] == ["alarms"] * 3 + ["items"] * 3 + ["logs"] * 2
+
+
+def test_partitions_of_one_class_take_turns() -> None:
+    window = SendWindow(by_table, monotonic=Clock())
+    window.add([event(o, table=t, partition=p) for o in range(10)
+                for p, t in ((0, "items"), (1, "items"), (2, "logs"))], {})
+    batches = [window.take(0.0, BatchLimits(max_events=2)) for _ in range(4)]
+    assert [(b[0].table, b[0].source_partition) for b in batches] == [
+        ("items", 0), ("items", 1), ("items", 0), ("items", 1)]
+
+
+def test_a_lower_class_that_waited_too_long_goes_first() -> None:
+    # A steady CRITICAL stream never starves the BULK backlog: once its next event has waited
+    # longer than BULK's maximum wait, it heads the batch.
+    clock = Clock()
+    window = SendWindow(by_table, monotonic=clock)
+    window.add([event(o, table="logs", partition=1) for o in range(4)], {})
+    served = []
+    for minute in range(40):
+        clock.now = 60.0 * minute
+        window.add([event(1000 + minute, table="alarms")], {})
+        batch = window.take(0.0, BatchLimits(max_events=1))
+        served.append(batch[0].table)
+        window.discard(e.event_id for e in batch)
+    first_log = served.index("logs")
+    assert served[:first_log] == ["alarms"] * first_log
+    assert 60.0 * first_log >= MAX_WAIT_SECONDS[PriorityClass.BULK]
+    assert first_log <= MAX_WAIT_SECONDS[PriorityClass.BULK] / 60.0 + 1
+
+
+def test_snapshot_rows_are_bulk_unless_told_otherwise() -> None:
+    snapshot = dataclasses.replace(event(1), operation=Operation.SNAPSHOT)
+    assert default_priority(snapshot) is PriorityClass.BULK
+    assert default_priority(event(2)) is PriorityClass.NORMAL

@@ -17,8 +17,16 @@ import pytest
 from tidesync.cdc.kafka import PartitionKey
 from tidesync.cdc.outcomes import Skip, SkipReason
 from tidesync.config import ShipConfig
+from tidesync.domain.change_event import (
+    ChangeEvent,
+    Operation,
+    RecordKey,
+    SourceCoordinates,
+    event_id_for,
+)
 from tidesync.domain.column_kinds import column_type
-from tidesync.domain.rules.sync_rule import SyncRule
+from tidesync.domain.rules.runtime import Shaped
+from tidesync.domain.rules.sync_rule import PriorityClass, SyncRule
 from tidesync.ship.rules import (
     MaskKeyFile,
     SchemaUnavailable,
@@ -220,3 +228,31 @@ def test_the_mask_key_file_path_is_absolute_and_defaults_beside_the_state_file()
         Path("data") / "ship-rules-mask.key").absolute()
     named = ShipConfig(rules_mask_key_file="keys/mask.key")
     assert named.rules_mask_key_path(named.state_path) == Path("keys/mask.key").absolute()
+
+
+def crew_change(operation: Operation = Operation.UPDATE) -> ChangeEvent:
+    record = RecordKey.of("ops", "crew", {"id": 7})
+    source = SourceCoordinates("ship-1", 0, P0.topic, 0, 9)
+    return ChangeEvent(
+        event_id=event_id_for(source, record, operation), origin_node_id="ship-1",
+        source_connector_id="dbz", source_topic=P0.topic, source_partition=0,
+        source_position=9, record=record, operation=operation, captured_at=NOW,
+        before=None if operation is not Operation.UPDATE else {"id": 7, "rank": "cadet"},
+        after={"id": 7, "rank": "mate"})
+
+
+def test_an_event_is_sent_in_its_rules_priority(state: Any, tmp_path: Path) -> None:
+    rules = ship_rules(state, tmp_path)
+    change = crew_change()
+    assert rules.priority_of(change) is PriorityClass.NORMAL  # no rules yet
+    rules.apply_config(config("cfg-1", rule(1, priority="CRITICAL")), NOW)
+    shaped = rules.shape(P0, 9, change)
+    assert isinstance(shaped, Shaped)
+    assert rules.priority_of(shaped.event) is PriorityClass.CRITICAL
+    rules.apply_config(config("cfg-2", rule(2, priority="BULK")), NOW)
+    assert rules.priority_of(shaped.event) is PriorityClass.BULK  # the newest version's
+    # A snapshot's rows go as BULK whatever their rule's class.
+    rows = dataclasses.replace(shaped.event, operation=Operation.SNAPSHOT, before=None)
+    rules.apply_config(config("cfg-3", rule(3, priority="HIGH")), NOW)
+    assert rules.priority_of(rows) is PriorityClass.BULK
+    assert rules.priority_of(shaped.event) is PriorityClass.HIGH

@@ -4,21 +4,42 @@ A batch holds as many events as fit the byte budget the upload pipeline gives it
 of link time, see `tidesync.ship.pace`), within ≤ 10 000 events and ≤ 4 MiB before compression;
 it prefers one rule and source partition and keeps each partition's events in offset order (one
 key lives in one partition).
+
+Which partition heads the next batch (§13.2): the one whose next event has the highest priority
+class (its rule's `priority`: CRITICAL, HIGH, NORMAL, BULK; snapshot rows are BULK), partitions
+of one class taking turns. A head that has waited in the window longer than its class's maximum
+wait (`MAX_WAIT_SECONDS`) counts as CRITICAL until it is sent, so a busy higher class never
+starves a lower one. A batch is topped up from the other partitions, higher classes first.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.change_event import ChangeEvent, Operation
+from tidesync.domain.rules.sync_rule import PriorityClass
 from tidesync.ship.state.intake import rule_of
 from tidesync.wire import codec
+
+RANK = {PriorityClass.CRITICAL: 0, PriorityClass.HIGH: 1, PriorityClass.NORMAL: 2,
+        PriorityClass.BULK: 3}
+MAX_WAIT_SECONDS = {PriorityClass.CRITICAL: 0.0, PriorityClass.HIGH: 60.0,
+                    PriorityClass.NORMAL: 300.0, PriorityClass.BULK: 1800.0}
+"""How long a class's next event may wait in the window before it is sent as CRITICAL."""
+
+PriorityOf = Callable[[ChangeEvent], PriorityClass]
+
+
+def default_priority(event: ChangeEvent) -> PriorityClass:
+    """Without rules that say otherwise: snapshot rows are BULK, changes NORMAL."""
+    return PriorityClass.BULK if event.operation is Operation.SNAPSHOT else PriorityClass.NORMAL
 
 
 class BodyCompressor(Protocol):
@@ -53,6 +74,8 @@ class Pending:
     size: int
     not_before: float = 0.0
     attempts: int = 0
+    since: float = 0.0
+    """When it entered the window (monotonic s): its wait, for the starvation rule."""
 
 
 @dataclass(frozen=True)
@@ -82,18 +105,21 @@ class SendWindow:
     order. The consumer pauses a partition whose share is full, so the window stays bounded;
     payloads leave it as soon as the shore has them (RECEIVED), never staying for receipts."""
 
-    def __init__(self) -> None:
+    def __init__(self, priority: PriorityOf = default_priority, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.priority, self.monotonic = priority, monotonic
         self._partitions: dict[PartitionKey, OrderedDict[uuid.UUID, Pending]] = {}
         self._where: dict[uuid.UUID, PartitionKey] = {}
         self._in_flight: set[uuid.UUID] = set()
         self._turn = 0
         self.bytes = 0
         """The summed size estimates of the events held."""
+        self._bytes: dict[PartitionKey, int] = {}
 
     def add(self, events: Iterable[ChangeEvent], sizes: dict[uuid.UUID, int] | None = None
             ) -> None:
         """Append events (in offset order per partition); an event already held is ignored."""
-        where, sizes = self._where, sizes or {}
+        where, sizes, since = self._where, sizes or {}, self.monotonic()
         # Each partition's key and events looked up once per call, not once per event.
         found: dict[tuple[str, int], tuple[PartitionKey, OrderedDict[uuid.UUID, Pending]]] = {}
         for event in events:
@@ -108,9 +134,10 @@ class SendWindow:
                     key, self._partitions.setdefault(key, OrderedDict()))
             key, pending = partition
             size = sizes.get(event_id) or 1024
-            pending[event_id] = Pending(event, size)
+            pending[event_id] = Pending(event, size, since=since)
             where[event_id] = key
             self.bytes += size
+            self._bytes[key] = self._bytes.get(key, 0) + size
 
     def discard(self, event_ids: Iterable[uuid.UUID]) -> None:
         for event_id in event_ids:
@@ -118,9 +145,11 @@ class SendWindow:
             self._in_flight.discard(event_id)
             if key is not None:
                 pending = self._partitions[key]
-                self.bytes -= pending.pop(event_id).size
+                size = pending.pop(event_id).size
+                self.bytes -= size
+                self._bytes[key] -= size
                 if not pending:
-                    del self._partitions[key]
+                    del self._partitions[key], self._bytes[key]
 
     def defer(self, event_ids: Iterable[uuid.UUID], not_before: float) -> None:
         """Hold events (retryable per-event failures) until `not_before`."""
@@ -143,6 +172,10 @@ class SendWindow:
 
     def count(self, key: PartitionKey) -> int:
         return len(self._partitions.get(key, ()))
+
+    def bytes_of(self, key: PartitionKey) -> int:
+        """The summed size estimates of one partition's events."""
+        return self._bytes.get(key, 0)
 
     def __len__(self) -> int:
         return len(self._where)
@@ -176,24 +209,28 @@ class SendWindow:
     def take(self, now: float, limits: BatchLimits, budget: int | None = None
              ) -> list[ChangeEvent]:
         """Due events up to the limits (and `budget` bytes of size estimates), marked in
-        flight. Partitions take turns as the head of a batch (none starves); the head's rule
-        is preferred when topping up from other partitions; each partition's events keep
-        their offset order."""
+        flight. The partition whose next event ranks highest heads the batch (see the module
+        text), partitions of one rank taking turns; the batch is topped up from the others,
+        higher ranks first and the head's rule first within a rank; each partition's events
+        keep their offset order."""
         max_bytes = limits.max_bytes if budget is None else max(1, min(limits.max_bytes,
                                                                        budget))
         keys = sorted(self._partitions)
         start = self._turn % len(keys) if keys else 0
-        heads: dict[PartitionKey, ChangeEvent] = {}
+        heads: dict[PartitionKey, Pending] = {}
         for key in keys[start:] + keys[:start]:
-            head = self._head(now, key)
+            head = next(self._due(now, key), None)
             if head is not None:
                 heads[key] = head
         if not heads:
             return []
-        order = list(heads)
+        waited = self.monotonic()
+        ranks = {key: self._rank(head, waited) for key, head in heads.items()}
+        # Stable: among equal ranks the turn order above stands.
+        order = sorted(heads, key=ranks.__getitem__)
         self._turn = keys.index(order[0]) + 1
-        rule = rule_of(heads[order[0]])
-        ranked = sorted(order[1:], key=lambda k: rule_of(heads[k]) != rule)
+        rule = rule_of(heads[order[0]].event)
+        ranked = sorted(order[1:], key=lambda k: (ranks[k], rule_of(heads[k].event) != rule))
         chosen: list[ChangeEvent] = []
         size = 0
         for key in [order[0], *ranked]:
@@ -207,8 +244,10 @@ class SendWindow:
         self._in_flight.update(event.event_id for event in chosen)
         return chosen
 
-    def _head(self, now: float, key: PartitionKey) -> ChangeEvent | None:
-        return next((pending.event for pending in self._due(now, key)), None)
+    def _rank(self, head: Pending, now: float) -> int:
+        """The head's class rank; a head past its class's maximum wait ranks as CRITICAL."""
+        priority = self.priority(head.event)
+        return 0 if now - head.since >= MAX_WAIT_SECONDS[priority] else RANK[priority]
 
 
 def build_batch(events: list[ChangeEvent], node_id: str, created_at: dt.datetime,

@@ -23,7 +23,7 @@ from tidesync.cdc.kafka import (
 )
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock, Monotonic, utc_now
-from tidesync.ship.batcher import SendWindow
+from tidesync.ship.batcher import SendWindow, default_priority
 from tidesync.ship.client_settings import ClientSettings, PeriodicTimer
 from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
@@ -75,6 +75,10 @@ _CLOCK_SKEW_NOTICE = dt.timedelta(minutes=1)
 """A clock further than this from the shore's is reported in the transport's health."""
 
 
+_ROOM = 8
+"""A full send window takes an eighth more for partitions below their share, then no more."""
+
+
 class ExitCode(enum.IntEnum):
     IDLE = 0
     BLOCKED = 3
@@ -93,7 +97,8 @@ class ShipClient:
         self.clock, self.monotonic = clock, monotonic
         self.rng = rng or random.SystemRandom()
         self.backoff = Backoff()
-        self.window = SendWindow()
+        self.window = SendWindow(default_priority if rules is None else rules.priority_of,
+                                 monotonic=monotonic)
         self.health = HealthBoard()
         # The first success after an outage resets every request's schedule (not the identity
         # probe's: that one waits for the shore, not the link).
@@ -258,14 +263,23 @@ class ShipClient:
         return self.settings.idle_poll_seconds
 
     def _full_partitions(self) -> set[PartitionKey]:
-        if (len(self.window) >= self.settings.window_total
-                or self.window.bytes >= self.settings.window_bytes):
-            return set(self.consumer.partitions)
+        settings, window, partitions = self.settings, self.window, self.consumer.partitions
+        count, size = settings.window_per_partition, settings.window_bytes
+        if len(window) >= settings.window_total or window.bytes >= settings.window_bytes:
+            if (len(window) >= settings.window_total + settings.window_total // _ROOM
+                    or window.bytes >= settings.window_bytes + settings.window_bytes // _ROOM):
+                return set(partitions)
+            # Full: a partition pauses once it holds its share. One that holds less (a CRITICAL
+            # rule's topic behind others' backlogs) still reads, so its events can head the
+            # next batches (§13.2); the window grows by an eighth at most.
+            shares = max(1, len(partitions))
+            count = min(count, max(1, settings.window_total // shares))
+            size = settings.window_bytes // shares
         watermarks = self._current_watermarks()
-        return {key for key in self.consumer.partitions
-                if self.window.count(key) >= self.settings.window_per_partition
+        return {key for key in partitions
+                if window.count(key) >= count or window.bytes_of(key) >= size
                 or (key in watermarks and watermarks[key].open_records
-                    >= self.settings.max_open_per_partition)}
+                    >= settings.max_open_per_partition)}
 
     def _queue_unavailable(self, error: QueueUnavailable) -> None:
         self._queue_down = str(error)

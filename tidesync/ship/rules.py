@@ -23,11 +23,17 @@ from pathlib import Path
 from typing import Protocol
 
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.column_kinds import ColumnType
 from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.rules.runtime import RuleSet, ShapeOutcome, covering_conflicts
-from tidesync.domain.rules.sync_rule import Direction, RuleError, SnapshotWhen, SyncRule
+from tidesync.domain.rules.sync_rule import (
+    Direction,
+    PriorityClass,
+    RuleError,
+    SnapshotWhen,
+    SyncRule,
+)
 from tidesync.domain.rules.transforms import TransformContext
 from tidesync.ship.state.rules import SQLiteRules, StoredGeneration, StoredSnapshot
 from tidesync.ship.state.watermarks import Watermark
@@ -271,6 +277,8 @@ class ShipRules:
         self.config_version = store.config_version()
         self.offered = store.offered()
         self._contexts: dict[int, TransformContext] = {}
+        self._priorities: dict[str, PriorityClass] = {}
+        self._priorities_of: tuple[int, int] | None = None
         for generation in self.generations:
             self._context(generation)  # a missing mask key fails at start, not mid-poll
 
@@ -287,6 +295,19 @@ class ShipRules:
     def shape(self, key: PartitionKey, offset: int, event: ChangeEvent) -> ShapeOutcome:
         generation = self.generation_at(key, offset)
         return generation.rules.shape(event, self._context(generation))
+
+    def priority_of(self, event: ChangeEvent) -> PriorityClass:
+        """The class an event is sent in (§13.2): BULK for snapshot rows, else its rule's
+        `priority` as the newest generation holding the rule has it; NORMAL without a rule."""
+        if event.operation is Operation.SNAPSHOT:
+            return PriorityClass.BULK
+        generations = self.generations
+        marker = (len(generations), generations[-1].number if generations else 0)
+        if marker != self._priorities_of:  # a switch or a prune since the last look-up
+            self._priorities = {rule.rule_id: rule.priority for generation in generations
+                                for rule in generation.rules.rules}
+            self._priorities_of = marker
+        return self._priorities.get(event.rule_id or "", PriorityClass.NORMAL)
 
     def _context(self, generation: Generation) -> TransformContext:
         context = self._contexts.get(generation.number)
