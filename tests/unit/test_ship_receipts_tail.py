@@ -10,22 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tidesync.bootstrap.ship import build_client
-from tidesync.config import ShipConfig
+from tests.unit.offline_client import offline_client
 from tidesync.ship.client import ShipClient
-from tidesync.ship.null_shore import NullShoreLink
 from tidesync.wire import sync_pb2 as pb
 
 
 @pytest.fixture
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ShipClient]:
-    # No broker is reached: nothing here reads the queue or lists its topics.
-    monkeypatch.setattr("tidesync.bootstrap.ship.warn_of_shore_topics", lambda ship, queue: None)
-    built = build_client(ShipConfig(node_id="ship-tail", kafka_bootstrap_servers="127.0.0.1:9",
-                                    kafka_consumer_options={"log_level": "0"},
-                                    state_path=str(tmp_path / "ship.sqlite"),
-                                    receipts_interval_seconds=5,
-                                    heartbeat_interval_seconds=3600), NullShoreLink())
+    built = offline_client(tmp_path, monkeypatch, node_id="ship-tail",
+                           receipts_interval_seconds=5, heartbeat_interval_seconds=3600)
     yield built
     built.close()
 

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.offline_client import offline_client
 from tests.unit.test_ship_batcher import event
-from tidesync.bootstrap.ship import build_client
 from tidesync.cdc.kafka import PartitionKey
-from tidesync.config import ShipConfig
 from tidesync.ship.client import ShipClient
 from tidesync.ship.consumer import PartitionProgress
-from tidesync.ship.null_shore import NullShoreLink
 
 LOGS, ITEMS, ALARMS = (PartitionKey(f"sync.cdc.fleet.{table}", 0)
                        for table in ("logs", "items", "alarms"))
@@ -23,13 +21,8 @@ LOGS, ITEMS, ALARMS = (PartitionKey(f"sync.cdc.fleet.{table}", 0)
 
 @pytest.fixture
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ShipClient]:
-    # No broker is reached: nothing here reads the queue or lists its topics.
-    monkeypatch.setattr("tidesync.bootstrap.ship.warn_of_shore_topics", lambda ship, queue: None)
-    built = build_client(ShipConfig(node_id="ship-7", kafka_bootstrap_servers="127.0.0.1:9",
-                                    kafka_consumer_options={"log_level": "0"},
-                                    state_path=str(tmp_path / "ship.sqlite"),
-                                    send_window_events=100, send_window_total_events=120),
-                         NullShoreLink())
+    built = offline_client(tmp_path, monkeypatch, node_id="ship-7", send_window_events=100,
+                           send_window_total_events=120)
     built.consumer.partitions.update({key: PartitionProgress() for key in (LOGS, ITEMS, ALARMS)})
     yield built
     built.close()
