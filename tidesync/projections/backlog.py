@@ -8,8 +8,11 @@ the results count what ended there. The refresher adds events still waiting in t
 latest heartbeat.
 
 Priority: snapshot events (operation SNAPSHOT: an onboarding's or a rule activation's rows)
-count as BULK, every other event as NORMAL; events not yet claimed and the nodes' own queues,
-whose operations are not known here, count as NORMAL.
+count as BULK, every other event in its rule's class (`priority` of the release now offered to
+ships; NORMAL for a rule without one), as ships send them (§13.2). Events not yet claimed and
+the nodes' own queues, whose rules and operations are not known here, count as NORMAL. An event
+keeps the class it was first counted in until it ends, and a rebuild counts with the rules
+offered then.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tidesync.domain.apply_job import ApplyJob, EventResult
 from tidesync.domain.change_event import Operation, table_rule
-from tidesync.domain.rules.sync_rule import PriorityClass
+from tidesync.domain.rules.release import ReleaseStatus
+from tidesync.domain.rules.sync_rule import PriorityClass, SyncRule
 from tidesync.projections.engine import Cursor, Events, event_topic
 from tidesync.wire import sync_pb2 as pb
 from tidesync.wire.codec import NameTable, WireError
@@ -87,6 +91,12 @@ class Delta:
             self.business = [t for t in (*(self.business or []), item.business_at) if t]
 
 
+class OfferedRules(Protocol):
+    """The rule releases ships run now (`RuleReleasesApplication.offered`)."""
+
+    def offered(self) -> list[tuple[SyncRule, ReleaseStatus]]: ...
+
+
 @dataclass(frozen=True)
 class Step:
     key: Key
@@ -96,15 +106,19 @@ class Step:
     priority: str = NORMAL
 
 
+_Counted = TypeVar("_Counted", Item, Step)
+
+
 class BacklogProjection:
     name = "backlog"
     topics: tuple[str, ...] = (*_STATE_OF_TOPIC, _FINALIZED)
 
     def __init__(self, table: str = "backlog", items_table: str = "backlog_event",
-                 jobs_table: str = "backlog_job") -> None:
+                 jobs_table: str = "backlog_job", rules: OfferedRules | None = None) -> None:
         self.table = table
         self.items_table = items_table
         self.jobs_table = jobs_table
+        self.rules = rules
 
     def process(self, cursor: Cursor, events: Events) -> None:
         steps = self._steps(cursor, [event for _, event in events])
@@ -114,11 +128,22 @@ class BacklogProjection:
         facts = self._facts(cursor, {step.key for step in steps
                                      if (step.key not in known and step.state == "CLAIMED")
                                      or step.state == "REPLAYED"})
+        classes = self._classes()
+        if classes:
+            facts = {key: _in_class(item, classes) for key, item in facts.items()}
+            steps = [_in_class(step, classes) for step in steps]
         items, deltas, open_groups = self._apply(steps, known, facts)
         self._write_items(cursor, known, items)
         self._write_deltas(cursor, deltas)
         self._recompute_times(cursor, open_groups)
         self._drop_empty(cursor, set(deltas))
+
+    def _classes(self) -> dict[str, str]:
+        """Rule id → the priority class of the release ships run now (NORMAL left out)."""
+        if self.rules is None:
+            return {}
+        return {rule.rule_id: rule.priority.value for rule, _ in self.rules.offered()
+                if rule.priority is not PriorityClass.NORMAL}
 
     # ------------------------------------------------------------------ reading events
 
@@ -352,6 +377,13 @@ def wire_facts(wire: pb.ChangeEvent, names: NameTable) -> Item:
     return Item(rule_id, "", wire.ByteSize(),
                 _EPOCH + dt.timedelta(microseconds=wire.captured_at_micros), business,
                 BULK if wire.operation == pb.SNAPSHOT else NORMAL)
+
+
+def _in_class(counted: _Counted, classes: dict[str, str]) -> _Counted:
+    """`counted` in its rule's class, unless it is a snapshot row (BULK whatever the rule)."""
+    if counted.priority == BULK or counted.rule_id not in classes:
+        return counted
+    return replace(counted, priority=classes[counted.rule_id])
 
 
 def _group_columns(groups: Iterable[Group]) -> tuple[list[str], ...]:

@@ -195,9 +195,11 @@ def _node_overview(context: ViewContext) -> Sequence[tuple[str, Projection]]:
 
 
 def _backlog(context: ViewContext) -> Sequence[tuple[str, Projection]]:
-    return [(APPLY_JOBS, BacklogProjection(context.table("backlog"),
-                                           context.table("backlog_event"),
-                                           context.table("backlog_job")))]
+    # Counted in their rules' classes when the rule releases are open beside the jobs.
+    rules = context.apps.get(RULE_RELEASES)
+    return [(APPLY_JOBS, BacklogProjection(
+        context.table("backlog"), context.table("backlog_event"), context.table("backlog_job"),
+        rules if isinstance(rules, RuleReleasesApplication) else None))]
 
 
 def _audit(context: ViewContext) -> Sequence[tuple[str, Projection]]:
