@@ -180,3 +180,15 @@ def use_event_store(monkeypatch: Any, database: PostgresDatabase) -> None:
                         ("POSTGRES_USER", database.user),
                         ("POSTGRES_PASSWORD", database.password or "")):
         monkeypatch.setenv(f"TIDESYNC_EVENT_STORE__{name}", value)
+
+
+def own_pg_database() -> Iterator[PostgresDatabase]:
+    """A database of a module's own, for tests that release rules: once a rule is released in a
+    database, the shore applies by rules there, which every other test sharing it would see.
+    Use as `pg_database = pytest.fixture(scope="module", name="pg_database")(own_pg_database)`.
+    """
+    database = PostgresDatabase().create()
+    try:
+        yield database
+    finally:
+        database.drop()

@@ -11,7 +11,13 @@ import uuid
 import pytest
 
 from tests.integration.projection_support import new_node_id, read_side, shore_apps
-from tests.integration.shore_support import ShipLog, migrated_pool, pg_rows, receive
+from tests.integration.shore_support import (
+    ShipLog,
+    migrated_pool,
+    own_pg_database,
+    pg_rows,
+    receive,
+)
 from tidesync.apps.rules import RuleReleasesApplication
 from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
 from tidesync.domain.change_event import Operation, SourceCoordinates, event_id_for
@@ -19,6 +25,8 @@ from tidesync.domain.rules.sync_rule import Direction, PriorityClass, Selector, 
 from tidesync.projections.rebuild import rebuild_view
 
 pytestmark = pytest.mark.services
+# A test here releases a rule, which puts the shore of its database into rules mode.
+pg_database = pytest.fixture(scope="module", name="pg_database")(own_pg_database)
 
 
 def _rows(pool, node_id: str) -> dict[tuple[str, str], tuple[int, bool]]:
