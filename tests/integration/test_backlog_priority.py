@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
+from typing import Any
 
 import pytest
 
@@ -20,9 +21,10 @@ from tests.integration.shore_support import (
 )
 from tidesync.apps.rules import RuleReleasesApplication
 from tidesync.domain.apply_job import ApplyJob, EventResult, FinalResult
-from tidesync.domain.change_event import Operation, SourceCoordinates, event_id_for
+from tidesync.domain.change_event import ChangeEvent, Operation, SourceCoordinates, event_id_for
 from tidesync.domain.rules.sync_rule import Direction, PriorityClass, Selector, SyncRule
 from tidesync.projections.rebuild import rebuild_view
+from tidesync.shore.worker import ShoreApps
 
 pytestmark = pytest.mark.services
 # A test here releases a rule, which puts the shore of its database into rules mode.
@@ -36,29 +38,45 @@ def _rows(pool, node_id: str) -> dict[tuple[str, str], tuple[int, bool]]:
     return {(r[0], r[1]): (r[2], r[3] > 0) for r in rows}
 
 
+def _as_snapshot(ship: ShipLog, row: ChangeEvent, **changes: object) -> ChangeEvent:
+    """The row as a snapshot record of it (its own event id)."""
+    source = SourceCoordinates(ship.node_id, 0, ship.topic, ship.partition, row.source_position)
+    return dataclasses.replace(row, operation=Operation.SNAPSHOT,
+                               event_id=event_id_for(source, row.record, Operation.SNAPSHOT),
+                               **changes)  # type: ignore[arg-type]
+
+
+def _claimed(apps: ShoreApps, ship: ShipLog, events: list[ChangeEvent]) -> ApplyJob:
+    """One apply job claiming the received events, saved."""
+    job = ApplyJob(origin_node_id=ship.node_id, topic=ship.topic, partition=0, replay_epoch=0,
+                   job_no=1, event_ids=[str(event.event_id) for event in events],
+                   positions=[e.source_position for e in events], worker="w1",
+                   lease_expires_at=dt.datetime.now(dt.UTC), actor="system:apply-processor",
+                   reason="claimed")
+    apps.apply_jobs.save(job)
+    return job
+
+
+def _terminal_in_inbox(pool: Any, node_id: str, ids: list[str] | None = None) -> None:
+    """As the processor marks ended events in the inbox (all of the node's, by default)."""
+    with pool.connection() as conn:
+        conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
+                     " WHERE origin_node_id = %s AND (%s::text[] IS NULL"
+                     " OR event_id::text = ANY(%s))", (node_id, ids, ids))
+
+
 def test_snapshot_events_count_as_bulk_and_survive_a_rebuild(pg_database):
     with migrated_pool(pg_database) as pool, shore_apps(pg_database) as apps, \
             read_side(pg_database, apps) as read:
         ship = ShipLog(new_node_id(), "shipdb")
         changes = [ship.insert(key, f"n{key}", key, "1.00") for key in (1, 2)]
-        snapshots = []
-        for key in (3, 4, 5):
-            row = ship.insert(key, f"n{key}", key, "1.00")
-            source = SourceCoordinates(ship.node_id, 0, ship.topic, ship.partition,
-                                       row.source_position)
-            snapshots.append(dataclasses.replace(
-                row, operation=Operation.SNAPSHOT,
-                event_id=event_id_for(source, row.record, Operation.SNAPSHOT)))
+        snapshots = [_as_snapshot(ship, ship.insert(key, f"n{key}", key, "1.00"))
+                     for key in (3, 4, 5)]
         events = [*changes, *snapshots]
         receive(pool, ship.node_id, events)
         ids = [str(event.event_id) for event in events]
         try:
-            job = ApplyJob(origin_node_id=ship.node_id, topic=ship.topic, partition=0,
-                           replay_epoch=0, job_no=1, event_ids=ids,
-                           positions=[e.source_position for e in events], worker="w1",
-                           lease_expires_at=dt.datetime.now(dt.UTC),
-                           actor="system:apply-processor", reason="claimed")
-            apps.apply_jobs.save(job)
+            job = _claimed(apps, ship, events)
             read.catch_up(pool)
             assert _rows(pool, ship.node_id) == {("CLAIMED", "NORMAL"): (2, True),
                                                  ("CLAIMED", "BULK"): (3, True)}
@@ -70,10 +88,7 @@ def test_snapshot_events_count_as_bulk_and_survive_a_rebuild(pg_database):
                                       operation=event.operation.value).as_row()
                           for event in events[:4]], "system:apply-processor", "applied")
             apps.apply_jobs.save(job)
-            with pool.connection() as conn:  # as the processor marks them in the inbox
-                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
-                             " WHERE origin_node_id = %s AND event_id::text = ANY(%s)",
-                             (ship.node_id, ids[:4]))
+            _terminal_in_inbox(pool, ship.node_id, ids[:4])
             read.catch_up(pool)
             built = _rows(pool, ship.node_id)
             assert built == {("APPLIED", "NORMAL"): (2, True), ("APPLIED", "BULK"): (2, True),
@@ -87,9 +102,7 @@ def test_snapshot_events_count_as_bulk_and_survive_a_rebuild(pg_database):
                          reason="rebuilt in a test", catalogue=read.catalogue, batch_size=50)
             assert _rows(pool, ship.node_id) == built
         finally:
-            with pool.connection() as conn:
-                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
-                             " WHERE origin_node_id = %s", (ship.node_id,))
+            _terminal_in_inbox(pool, ship.node_id)
 
 
 def test_changes_count_in_their_rules_class_and_snapshot_rows_stay_bulk(pg_database):
@@ -110,23 +123,12 @@ def test_changes_count_in_their_rules_class_and_snapshot_rows_stay_bulk(pg_datab
 
         changes = [dataclasses.replace(ship.insert(key, f"n{key}", key, "1.00"), rule_id=rule_id)
                    for key in (1, 2)]
-        row = ship.insert(3, "n3", 3, "1.00")
-        source = SourceCoordinates(ship.node_id, 0, ship.topic, ship.partition,
-                                   row.source_position)
-        snapshot = dataclasses.replace(
-            row, operation=Operation.SNAPSHOT, rule_id=rule_id,
-            event_id=event_id_for(source, row.record, Operation.SNAPSHOT))
+        snapshot = _as_snapshot(ship, ship.insert(3, "n3", 3, "1.00"), rule_id=rule_id)
         other = ship.insert(4, "n4", 4, "1.00")  # no rule: the table's own, NORMAL
         events = [*changes, snapshot, other]
         receive(pool, ship.node_id, events)
-        ids = [str(event.event_id) for event in events]
         try:
-            job = ApplyJob(origin_node_id=ship.node_id, topic=ship.topic, partition=0,
-                           replay_epoch=0, job_no=1, event_ids=ids,
-                           positions=[e.source_position for e in events], worker="w1",
-                           lease_expires_at=dt.datetime.now(dt.UTC),
-                           actor="system:apply-processor", reason="claimed")
-            apps.apply_jobs.save(job)
+            job = _claimed(apps, ship, events)
             read.catch_up(pool)
             assert _rows(pool, ship.node_id) == {("CLAIMED", "CRITICAL"): (2, True),
                                                  ("CLAIMED", "BULK"): (1, True),
@@ -137,14 +139,10 @@ def test_changes_count_in_their_rules_class_and_snapshot_rows_stay_bulk(pg_datab
                                       operation=event.operation.value).as_row()
                           for event in events], "system:apply-processor", "applied")
             apps.apply_jobs.save(job)
-            with pool.connection() as conn:  # as the processor marks them in the inbox
-                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
-                             " WHERE origin_node_id = %s", (ship.node_id,))
+            _terminal_in_inbox(pool, ship.node_id)
             read.catch_up(pool)
             assert _rows(pool, ship.node_id) == {("APPLIED", "CRITICAL"): (2, True),
                                                  ("APPLIED", "BULK"): (1, True),
                                                  ("APPLIED", "NORMAL"): (1, True)}
         finally:
-            with pool.connection() as conn:
-                conn.execute("UPDATE inbox_event SET state = 'TERMINAL', result = 'APPLIED'"
-                             " WHERE origin_node_id = %s", (ship.node_id,))
+            _terminal_in_inbox(pool, ship.node_id)
