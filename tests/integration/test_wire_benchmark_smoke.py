@@ -27,6 +27,11 @@ def run_wire(*args: str) -> list[str]:
     return result.stdout.strip().splitlines()
 
 
+def document(name: str) -> object:
+    """A Debezium fixture record, as its file holds it."""
+    return json.loads((fixtures_dir() / name).read_text())
+
+
 def ratio_of(lines: list[str]) -> float:
     ratio = RATIO_LINE.fullmatch(lines[-1])
     assert ratio is not None, lines[-1]
@@ -44,11 +49,6 @@ def test_wire_benchmark_compares_both_workloads_with_debezium_json() -> None:
 
 
 def test_wire_benchmark_measures_records_an_operator_supplies(tmp_path: Path) -> None:
-    fixtures = fixtures_dir()
-
-    def document(name: str) -> object:
-        return json.loads((fixtures / name).read_text())
-
     created = document("mysql_create_value_with_schema__docs_modern.json")
     assert isinstance(created, dict)
     records = [
@@ -72,8 +72,8 @@ def test_wire_benchmark_measures_records_an_operator_supplies(tmp_path: Path) ->
 
 
 def test_wire_benchmark_takes_kcat_lines_and_names_a_broken_line(tmp_path: Path) -> None:
-    created = json.loads((fixtures_dir() / "mysql_create_value_with_schema__docs_modern.json"
-                          ).read_text())
+    created = document("mysql_create_value_with_schema__docs_modern.json")
+    assert isinstance(created, dict)
     # `kcat -J` prints the value as text under `payload`, beside fields of its own.
     line = {"topic": "dbserver1.inventory.customers", "partition": 0, "offset": 3,
             "tstype": "create", "ts": 1700000000000, "broker": 1,
@@ -102,11 +102,6 @@ def test_records_that_are_no_change_count_on_neither_side(tmp_path: Path) -> Non
     # A real topic dump holds tombstones, transaction markers and schema changes beside the
     # changes. The ship sends none of them as events, so the JSON side must not count them
     # either: the same changes with and without them give the same sizes and ratio.
-    fixtures = fixtures_dir()
-
-    def document(name: str) -> object:
-        return json.loads((fixtures / name).read_text())
-
     created = document("mysql_create_value_with_schema__docs_modern.json")
     assert isinstance(created, dict)
     topic = "dbserver1.inventory.customers"
@@ -141,7 +136,7 @@ def test_records_that_are_no_change_count_on_neither_side(tmp_path: Path) -> Non
 
 def test_payload_only_records_without_column_types_say_what_is_missing(tmp_path: Path
                                                                         ) -> None:
-    update = json.loads((fixtures_dir() / "mysql_update_payload__docs_modern.json").read_text())
+    update = document("mysql_update_payload__docs_modern.json")
     path = tmp_path / "payload.jsonl"
     path.write_text(json.dumps({"topic": "mysql-server-1.inventory.customers", "offset": 8,
                                 "key": {"id": 1004}, "value": update}) + "\n")
