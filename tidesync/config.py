@@ -37,6 +37,7 @@ from tidesync.ship.settings import (
     ShipQueueSettings,
     ShipReplaySettings,
     ShipRulesSettings,
+    ShipScheduleSettings,
     ShipTlsSettings,
     ShipWireSettings,
 )
@@ -170,7 +171,7 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
 
 @dataclass(frozen=True)
 class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueueSettings,
-                 ShipReplaySettings, ShipWireSettings):
+                 ShipReplaySettings, ShipWireSettings, ShipScheduleSettings):
     """The ship client: its node identity, state file, queue, batching and link settings."""
 
     node_id: str = ""
@@ -227,7 +228,7 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
 
     def validate(self) -> list[str]:
         problems = (self.tls_problems() + self.link_problems() + self.queue_problems()
-                    + self.replay_problems() + self.wire_problems())
+                    + self.replay_problems() + self.wire_problems() + self.schedule_problems())
         if not self.shore_node_id:
             problems.append("ship.shore_node_id: must not be empty")
         if not 1 <= self.commands_page_size <= 1000:

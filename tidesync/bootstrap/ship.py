@@ -61,6 +61,7 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
         uploads_in_flight=ship.uploads_in_flight,
         upload_request_seconds=ship.upload_request_ms / 1000,
         topic_refresh_interval=float(ship.topic_refresh_seconds),
+        timezone=ship.timezone, clock_jump_seconds=float(ship.clock_jump_seconds),
     )
 
 

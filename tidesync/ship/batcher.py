@@ -10,6 +10,10 @@ class (its rule's `priority`: CRITICAL, HIGH, NORMAL, BULK; snapshot rows are BU
 of one class taking turns. A head that has waited in the window longer than its class's maximum
 wait (`MAX_WAIT_SECONDS`) counts as CRITICAL until it is sent, so a busy higher class never
 starves a lower one. A batch is topped up from the other partitions, higher classes first.
+
+A partition whose next event's rule is outside its schedule (§13.3, `sendable`, see
+`tidesync.ship.send_schedule`) is passed over, in offset order behind it; its wait for the
+starvation rule counts from when the schedule let it go.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ MAX_WAIT_SECONDS = {PriorityClass.CRITICAL: 0.0, PriorityClass.HIGH: 60.0,
 """How long a class's next event may wait in the window before it is sent as CRITICAL."""
 
 PriorityOf = Callable[[ChangeEvent], PriorityClass]
+Sendable = Callable[[ChangeEvent], bool]
 
 
 def default_priority(event: ChangeEvent) -> PriorityClass:
@@ -106,8 +111,11 @@ class SendWindow:
     payloads leave it as soon as the shore has them (RECEIVED), never staying for receipts."""
 
     def __init__(self, priority: PriorityOf = default_priority, *,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.priority, self.monotonic = priority, monotonic
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sendable: Sendable | None = None) -> None:
+        self.priority, self.monotonic, self.sendable = priority, monotonic, sendable
+        self._held_at: dict[PartitionKey, float] = {}
+        """When each partition was last passed over by its rule's schedule (monotonic s)."""
         self._partitions: dict[PartitionKey, OrderedDict[uuid.UUID, Pending]] = {}
         self._where: dict[uuid.UUID, PartitionKey] = {}
         self._in_flight: set[uuid.UUID] = set()
@@ -150,6 +158,7 @@ class SendWindow:
                 self._bytes[key] -= size
                 if not pending:
                     del self._partitions[key], self._bytes[key]
+                    self._held_at.pop(key, None)
 
     def defer(self, event_ids: Iterable[uuid.UUID], not_before: float) -> None:
         """Hold events (retryable per-event failures) until `not_before`."""
@@ -184,7 +193,10 @@ class SendWindow:
         return event_id in self._where
 
     def has_due(self, now: float) -> bool:
-        return any(self._due(now, key) for key in self._partitions)
+        """Events wait whose rule's schedule lets them go (deferred ones included)."""
+        sendable = self.sendable
+        return any(sendable is None or sendable(next(iter(pending.values())).event)
+                   for pending in self._partitions.values())
 
     def next_due(self) -> float | None:
         """The earliest time a held event becomes sendable (None: nothing waits)."""
@@ -218,14 +230,16 @@ class SendWindow:
         keys = sorted(self._partitions)
         start = self._turn % len(keys) if keys else 0
         heads: dict[PartitionKey, Pending] = {}
+        waited, sendable = self.monotonic(), self.sendable
         for key in keys[start:] + keys[:start]:
             head = next(self._due(now, key), None)
-            if head is not None:
+            if head is not None and sendable is not None and not sendable(head.event):
+                self._held_at[key] = waited
+            elif head is not None:
                 heads[key] = head
         if not heads:
             return []
-        waited = self.monotonic()
-        ranks = {key: self._rank(head, waited) for key, head in heads.items()}
+        ranks = {key: self._rank(key, head, waited) for key, head in heads.items()}
         # Stable: among equal ranks the turn order above stands.
         order = sorted(heads, key=ranks.__getitem__)
         self._turn = keys.index(order[0]) + 1
@@ -234,20 +248,28 @@ class SendWindow:
         chosen: list[ChangeEvent] = []
         size = 0
         for key in [order[0], *ranked]:
+            checked = rule_of(heads[key].event)
             for pending in self._due(now, key):
                 if chosen and (len(chosen) >= limits.max_events
                                or size + pending.size > max_bytes):
                     self._in_flight.update(event.event_id for event in chosen)
                     return chosen
+                if sendable is not None and rule_of(pending.event) != checked:
+                    checked = rule_of(pending.event)  # another rule's: its own schedule
+                    if not sendable(pending.event):
+                        self._held_at[key] = waited
+                        break
                 chosen.append(pending.event)
                 size += pending.size
         self._in_flight.update(event.event_id for event in chosen)
         return chosen
 
-    def _rank(self, head: Pending, now: float) -> int:
-        """The head's class rank; a head past its class's maximum wait ranks as CRITICAL."""
+    def _rank(self, key: PartitionKey, head: Pending, now: float) -> int:
+        """The head's class rank; a head past its class's maximum wait ranks as CRITICAL (the
+        wait counts from when its schedule last held it)."""
         priority = self.priority(head.event)
-        return 0 if now - head.since >= MAX_WAIT_SECONDS[priority] else RANK[priority]
+        since = max(head.since, self._held_at.get(key, 0.0))
+        return 0 if now - since >= MAX_WAIT_SECONDS[priority] else RANK[priority]
 
 
 def build_batch(events: list[ChangeEvent], node_id: str, created_at: dt.datetime,

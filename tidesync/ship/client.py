@@ -30,6 +30,8 @@ from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.resend import QueueResender
 from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
+from tidesync.ship.send_schedule import SendSchedules, TrustedClock
+from tidesync.ship.settings import zone_of
 from tidesync.ship.shore_answers import applied_ranges, terminal_results
 from tidesync.ship.side_requests import SideRequests
 from tidesync.ship.state import (
@@ -63,12 +65,15 @@ from tidesync.ship.transport import (
 from tidesync.ship.uploader import UploadPipeline
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
+from tidesync.wire.columns import moment_from_micros
 from tidesync.wire.protocol import WireError
 
 log = logging.getLogger(__name__)
 
 
 _QUEUE_RETRY_SECONDS = 1.0
+_YEAR_9000_MICROS = 221_845_392_000_000_000
+"""Server times at or past this are not times (the shore's answer is signed, but still)."""
 _ANSWER_POLL_SECONDS = 0.02
 """How long the queue is polled while uploads are in flight: their answers are applied soon."""
 _CLOCK_SKEW_NOTICE = dt.timedelta(minutes=1)
@@ -97,8 +102,12 @@ class ShipClient:
         self.clock, self.monotonic = clock, monotonic
         self.rng = rng or random.SystemRandom()
         self.backoff = Backoff()
+        self.schedules = None if rules is None else SendSchedules(
+            rules.schedule_of, zone_of(settings.timezone),
+            TrustedClock(clock, monotonic, settings.clock_jump_seconds))
         self.window = SendWindow(default_priority if rules is None else rules.priority_of,
-                                 monotonic=monotonic)
+                                 monotonic=monotonic, sendable=None if self.schedules is None
+                                 else self.schedules.open)
         self.health = HealthBoard()
         # The first success after an outage resets every request's schedule (not the identity
         # probe's: that one waits for the shore, not the link).
@@ -521,6 +530,8 @@ class ShipClient:
 
     def _heartbeat_answered(self, answer: pb.HeartbeatResponse) -> None:
         self.heartbeat_retry.succeeded()
+        if self.schedules is not None and 0 < answer.server_time_micros < _YEAR_9000_MICROS:
+            self.schedules.confirm(moment_from_micros(answer.server_time_micros))
         if (self.rules is not None and answer.HasField("config_version")
                 and answer.config_version != self.rules.config_version):
             self.config_wanted = True

@@ -44,6 +44,10 @@ class ClientSettings:
     # While requests get no answer, the link is probed this often, doubling up to the max.
     probe_initial_seconds: float = 1.0
     probe_max_seconds: float = 30.0
+    # Rules' schedules (§13.3) are read in this IANA zone, on a clock the shore's time keeps
+    # trusted; a system clock further off than `clock_jump_seconds` holds scheduled BULK rules.
+    timezone: str = "UTC"
+    clock_jump_seconds: float = 300.0
 
 
 @dataclass

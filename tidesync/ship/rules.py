@@ -27,6 +27,7 @@ from tidesync.domain.change_event import ChangeEvent, Operation
 from tidesync.domain.column_kinds import ColumnType
 from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
 from tidesync.domain.rules.runtime import RuleSet, ShapeOutcome, covering_conflicts
+from tidesync.domain.rules.schedule import ScheduleError, TransferSchedule
 from tidesync.domain.rules.sync_rule import (
     Direction,
     PriorityClass,
@@ -35,6 +36,7 @@ from tidesync.domain.rules.sync_rule import (
     SyncRule,
 )
 from tidesync.domain.rules.transforms import TransformContext
+from tidesync.ship.send_schedule import ScheduledRule
 from tidesync.ship.state.rules import SQLiteRules, StoredGeneration, StoredSnapshot
 from tidesync.ship.state.watermarks import Watermark
 from tidesync.target.contract import LEDGER_TABLE
@@ -278,6 +280,7 @@ class ShipRules:
         self.offered = store.offered()
         self._contexts: dict[int, TransformContext] = {}
         self._priorities: dict[str, PriorityClass] = {}
+        self._schedules: dict[str, tuple[ScheduledRule, ScheduledRule]] = {}
         self._priorities_of: tuple[int, int] | None = None
         for generation in self.generations:
             self._context(generation)  # a missing mask key fails at start, not mid-poll
@@ -301,13 +304,39 @@ class ShipRules:
         `priority` as the newest generation holding the rule has it; NORMAL without a rule."""
         if event.operation is Operation.SNAPSHOT:
             return PriorityClass.BULK
+        self._look_up_rules()
+        return self._priorities.get(event.rule_id or "", PriorityClass.NORMAL)
+
+    def schedule_of(self, event: ChangeEvent) -> ScheduledRule | None:
+        """The schedule of the event's rule (§13.3) as the newest generation holding the rule
+        has it, with the class the event is sent in; None when the rule has none."""
+        self._look_up_rules()
+        scheduled = self._schedules.get(event.rule_id or "")
+        if scheduled is None:
+            return None
+        return scheduled[1] if event.operation is Operation.SNAPSHOT else scheduled[0]
+
+    def _look_up_rules(self) -> None:
         generations = self.generations
         marker = (len(generations), generations[-1].number if generations else 0)
-        if marker != self._priorities_of:  # a switch or a prune since the last look-up
-            self._priorities = {rule.rule_id: rule.priority for generation in generations
-                                for rule in generation.rules.rules}
-            self._priorities_of = marker
-        return self._priorities.get(event.rule_id or "", PriorityClass.NORMAL)
+        if marker == self._priorities_of:  # no switch or prune since the last look-up
+            return
+        rules = {rule.rule_id: rule for generation in generations
+                 for rule in generation.rules.rules}
+        self._priorities = {rule_id: rule.priority for rule_id, rule in rules.items()}
+        self._schedules = {}
+        for rule_id, rule in rules.items():
+            if not rule.schedule.strip():
+                continue
+            try:  # checked when the rule was accepted; an older ship's rows may predate that
+                schedule = TransferSchedule.parse(rule.schedule)
+            except ScheduleError as error:
+                log.warning("rule %s: its schedule cannot be read (%s): it is not held", rule_id,
+                            error)
+                continue
+            self._schedules[rule_id] = (ScheduledRule(rule_id, schedule, rule.priority),
+                                        ScheduledRule(rule_id, schedule, PriorityClass.BULK))
+        self._priorities_of = marker
 
     def _context(self, generation: Generation) -> TransformContext:
         context = self._contexts.get(generation.number)

@@ -1,12 +1,14 @@
 """The `[ship]` settings of the link's TLS (the shore's CA pinned and the client certificate),
-of its connection and recovery (keep-alive, probing while down) and of sync rules (the mask key
-file).
+of its connection and recovery (keep-alive, probing while down), of sync rules (the mask key
+file) and of their schedules (the node's time zone).
 
 `tidesync.config.ShipConfig` is made of these and the client's other settings.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +92,39 @@ class ShipRulesSettings:
         if self.rules_mask_key_file:
             return Path(self.rules_mask_key_file).absolute()
         return (Path(state_path).parent / "ship-rules-mask.key").absolute()
+
+
+@dataclass(frozen=True)
+class ShipScheduleSettings:
+    """When rules with a `schedule` may send (§13.3): the node's zone and its trusted time."""
+
+    # The IANA time zone the rules' schedules are read in (e.g. "Europe/Oslo"): the node's
+    # local hours, daylight saving included.
+    timezone: str = "UTC"
+    # When the system clock departs further than this from the last trusted time (the shore's,
+    # carried forward by the monotonic clock), BULK rules with a schedule hold and the others
+    # follow the trusted time until the shore's time is heard again.
+    clock_jump_seconds: int = 300
+
+    def schedule_problems(self) -> list[str]:
+        problems = []
+        try:
+            zone_of(self.timezone)
+        except ValueError as error:
+            problems.append(f"ship.timezone: {error}")
+        if not 10 <= self.clock_jump_seconds <= 86_400:
+            problems.append("ship.clock_jump_seconds: must be 10..86400")
+        return problems
+
+
+def zone_of(name: str) -> dt.tzinfo:
+    """The IANA zone `name` (UTC without the zone database); ValueError when unknown."""
+    if name in ("UTC", "Etc/UTC"):
+        return dt.UTC
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name[:64]!r} is not a known IANA time zone") from None
 
 
 @dataclass(frozen=True)

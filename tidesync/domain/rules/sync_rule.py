@@ -24,6 +24,7 @@ from tidesync.domain.arbitration import PolicyName
 from tidesync.domain.column_kinds import ColumnKind, ColumnType
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.domain.rules.filter import FilterError, RowFilter, parse_filter
+from tidesync.domain.rules.schedule import ScheduleError, TransferSchedule
 from tidesync.domain.rules.transforms import (
     REGISTRY,
     TransformError,
@@ -491,6 +492,14 @@ def _static_problems(rule: SyncRule) -> list[str]:
     if rule.snapshot is not SnapshotWhen.NEVER and not rule.direction.uplink:
         problems.append("snapshot: a ship sends snapshots of its rows, so a DOWNLINK rule"
                         " takes none")
+    if rule.schedule.strip():
+        try:
+            TransferSchedule.parse(rule.schedule)
+        except ScheduleError as exc:
+            problems.append(f"schedule: {exc}")
+        if not rule.direction.uplink:
+            problems.append("schedule: it holds a ship's uploads, so a DOWNLINK rule takes"
+                            " none")
     return problems
 
 
