@@ -127,3 +127,25 @@ def test_groups_and_tags_are_set_shown_and_listed(
     (listed,) = [json.loads(line) for line in run(capsys, "nodes", "list", "--json")[1]
                  .splitlines()]
     assert (listed["groups"], listed["tags"]) == ([], [])
+
+
+def test_an_uplink_limit_is_set_shown_listed_and_lifted(
+    workdir: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(capsys, "nodes", "register", "ship-1")[0] == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "nodes", "uplink", "ship-1", "--rate", "128KiB",
+                       "--reason", "VSAT plan")
+    assert code == 0 and "uplink 131072 B/s, burst 16384 B" in out
+    shown = json.loads(run(capsys, "nodes", "show", "ship-1", "--json")[1])
+    assert (shown["uplink_rate_bytes_per_sec"], shown["uplink_burst_bytes"]) == (131072, 16384)
+    code, out, _ = run(capsys, "nodes", "list")
+    assert code == 0 and "131072" in out
+    code, _, err = run(capsys, "nodes", "uplink", "ship-1", "--rate", "100", "--reason", "x")
+    assert code == 1 and "must be 0 (none) or 1024" in err
+    with pytest.raises(SystemExit):
+        main(["nodes", "uplink", "ship-1", "--rate", "lots", "--reason", "x"])
+    capsys.readouterr()
+    code, out, _ = run(capsys, "nodes", "uplink", "ship-1", "--rate", "0",
+                       "--reason", "unmetered")
+    assert code == 0 and "no limit set on the shore" in out

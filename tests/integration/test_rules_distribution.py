@@ -33,7 +33,7 @@ from tests.integration.test_ingress import (
 from tidesync.apps.nodes import Actor, NodesApplication
 from tidesync.bootstrap.event_store import event_store_env
 from tidesync.config import Config
-from tidesync.domain.node import NodeProfile
+from tidesync.domain.node import NodeError, NodeLink, NodeProfile
 from tidesync.domain.rules.release import NodeActivation, ReleaseStatus
 from tidesync.domain.rules.sync_rule import Direction, Selector, SyncRule
 from tidesync.ingress.auth import sign_request
@@ -404,3 +404,43 @@ def test_the_step_runs_once_per_interval(fleet: Fleet,
         assert step.run_once() == 1 and fleet.rules.marked[-1][:2] == ("crew", 2)
     finally:
         nodes.close()
+
+
+def test_a_nodes_uplink_limit_reaches_its_config_and_a_change_asks_for_a_new_one(
+        fleet: Fleet) -> None:
+    north, node_id = fleet.client("north"), fleet.node_id("north")
+    fleet.rules.publish(rule("crew", 1, groups=(fleet.group,)))
+    before = offered(north.config())
+    assert (before.control.rate_bytes_per_sec, before.control.burst_bytes) == (0, 0)
+
+    with node_service(fleet.config) as service:
+        link = service.change_link(node_id, NodeLink.of(128 * 1024), Actor("ops", "VSAT plan"),
+                                   fleet.clock())
+        assert link == NodeLink(128 * 1024, 16 * 1024)  # the burst: an eighth of a second
+        with pytest.raises(NodeError, match="needs a reason"):
+            service.change_link(node_id, NodeLink.of(64 * 1024), Actor("ops", " "),
+                                fleet.clock())
+    fleet.clock.advance(6)  # the credential directory reads the node again after 5 s
+    limited = offered(north.config())
+    assert (limited.control.rate_bytes_per_sec, limited.control.burst_bytes) == (
+        128 * 1024, 16 * 1024)
+    assert [r.rule_id for r in limited.rules] == ["crew"]
+    # The same rules under another version: a ship that runs the old one is told to fetch.
+    assert limited.config_version != before.config_version
+    reply = north.heartbeat(beat(node_id, fleet.clock(), before.config_version))
+    assert reply.message(pb.HeartbeatResponse).config_version == limited.config_version
+    fleet.clock.advance(1)
+    reply = north.heartbeat(beat(node_id, fleet.clock(), limited.config_version))
+    assert not reply.message(pb.HeartbeatResponse).HasField("config_version")
+
+    with node_service(fleet.config) as service:
+        assert service.show(node_id, fleet.clock()).link.uplink_rate == 128 * 1024
+        service.change_link(node_id, NodeLink.of(0), Actor("ops", "unmetered now"),
+                            fleet.clock())
+        with pytest.raises(NodeError, match="revoked"):
+            service.change_link(fleet.node_id("revoked"), NodeLink.of(64 * 1024), ACTOR,
+                                fleet.clock())
+    fleet.clock.advance(6)
+    lifted = offered(north.config())
+    assert (lifted.control.rate_bytes_per_sec, lifted.config_version) == (
+        0, before.config_version)

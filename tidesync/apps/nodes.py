@@ -20,6 +20,7 @@ from tidesync.domain.node import (
     SECRET_BYTES,
     Node,
     NodeError,
+    NodeLink,
     NodeProfile,
     NodeStatus,
     check_node_id,
@@ -102,6 +103,7 @@ class NodeSummary:
     revoked_at: dt.datetime | None
     revoke_reason: str
     profile: NodeProfile = field(default_factory=NodeProfile)
+    link: NodeLink = field(default_factory=NodeLink)
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,14 @@ class NodeService:
         self.app.save(node)
         return node.profile
 
+    def change_link(self, node_id: str, link: NodeLink, actor: Actor,
+                    now: dt.datetime) -> NodeLink:
+        """Give the node this uplink limit; returns the one it now has (burst filled in)."""
+        node = self.app.node(node_id)
+        node.change_link(link, now, actor.name, actor.reason, actor.trace_id)
+        self.app.save(node)
+        return node.link
+
     def show(self, node_id: str, now: dt.datetime) -> NodeSummary:
         return _summary(self.app.node(node_id), now)
 
@@ -189,6 +199,7 @@ def _summary(node: Node, now: dt.datetime) -> NodeSummary:
         node_id=node.node_id, status=node.status, registered_at=node.registered_at,
         valid_credentials=len(valid), credentials_expiring=min(ends) if ends else None,
         revoked_at=node.revoked_at, revoke_reason=node.revoke_reason, profile=node.profile,
+        link=node.link,
     )
 
 

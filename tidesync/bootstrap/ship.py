@@ -65,11 +65,11 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
     )
 
 
-def uplink_pacer(ship: ShipConfig) -> UplinkPacer | None:
-    """The pacer that writes upload bodies at `uplink_rate_bytes_per_sec` (None: no limit)."""
-    if ship.uplink_rate_bytes_per_sec <= 0:
-        return None
-    return UplinkPacer(float(ship.uplink_rate_bytes_per_sec), float(ship.uplink_burst_bytes))
+def uplink_pacer(ship: ShipConfig) -> UplinkPacer:
+    """The pacer that writes upload bodies at `uplink_rate_bytes_per_sec`, or at the lower
+    limit the shore sets for the node (without either, bodies go at once)."""
+    return UplinkPacer(float(max(0, ship.uplink_rate_bytes_per_sec)),
+                       float(ship.uplink_burst_bytes))
 
 
 def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:

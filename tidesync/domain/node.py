@@ -65,6 +65,10 @@ class NodeRevoked(NodeError):
     pass
 
 
+class InvalidNodeLink(NodeError, ValueError):
+    """An uplink limit a node cannot be given."""
+
+
 class InvalidNodeProfile(NodeError, ValueError):
     code = ErrorCode.INVALID_INPUT
 
@@ -108,6 +112,43 @@ def _profile_names(names: Iterable[str], kind: str) -> frozenset[str]:
     return checked
 
 
+MIN_UPLINK_BYTES = 1024
+MAX_UPLINK_RATE = 1 << 30
+MAX_UPLINK_BURST = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLink:
+    """The node's uplink limit set on the shore (§13.1): compressed bytes per second on the
+    wire and the burst; a rate of 0 sets none (the ship's own `[ship]` limit, if any, holds).
+    Ships apply the lower of this and their own."""
+
+    uplink_rate: int = 0
+    uplink_burst: int = 0
+
+    @classmethod
+    def of(cls, rate: int, burst: int = 0) -> NodeLink:
+        """A checked limit; burst 0 takes an eighth of a second of the rate (at least 16 KiB).
+        Raises InvalidNodeLink."""
+        if rate == 0:
+            if burst:
+                raise InvalidNodeLink("a burst needs a rate")
+            return cls()
+        if not MIN_UPLINK_BYTES <= rate <= MAX_UPLINK_RATE:
+            raise InvalidNodeLink(f"the uplink rate must be 0 (none) or {MIN_UPLINK_BYTES}.."
+                                  f"{MAX_UPLINK_RATE} bytes per second")
+        if burst == 0:
+            burst = max(16 * 1024, rate // 8)
+        if not MIN_UPLINK_BYTES <= burst <= MAX_UPLINK_BURST:
+            raise InvalidNodeLink(f"the uplink burst must be {MIN_UPLINK_BYTES}.."
+                                  f"{MAX_UPLINK_BURST} bytes")
+        return cls(rate, burst)
+
+    @property
+    def limited(self) -> bool:
+        return self.uplink_rate > 0
+
+
 @dataclass(frozen=True, slots=True)
 class Credential:
     """One issued signing secret, sealed; valid from `issued_at` until `valid_until` (None:
@@ -124,6 +165,9 @@ class Credential:
 
 class Node(Aggregate):
     """A registered node. Every event records who did it, why, and when (the caller's clock)."""
+
+    link = NodeLink()
+    """The uplink limit set on the shore (none until `change_link`)."""
 
     @staticmethod
     def create_id(node_id: str) -> uuid.UUID:
@@ -200,6 +244,22 @@ class Node(Aggregate):
     def _profile_changed(self, groups: list[str], tags: list[str], at: dt.datetime, actor: str,
                          reason: str, trace_id: str) -> None:
         self.profile = NodeProfile(frozenset(groups), frozenset(tags))
+
+    def change_link(self, link: NodeLink, at: dt.datetime, actor: str, reason: str,
+                    trace_id: str = "") -> None:
+        """Give the node this uplink limit (rate 0: none); ships take it with their config."""
+        if self.is_revoked:
+            raise NodeRevoked(f"node {self.node_id} is revoked")
+        if not reason.strip():
+            raise NodeError("changing a node's uplink limit needs a reason")
+        checked = NodeLink.of(link.uplink_rate, link.uplink_burst)
+        self._link_changed(checked.uplink_rate, checked.uplink_burst, at, actor, reason,
+                           trace_id)
+
+    @event("LinkChanged")
+    def _link_changed(self, uplink_rate: int, uplink_burst: int, at: dt.datetime, actor: str,
+                      reason: str, trace_id: str) -> None:
+        self.link = NodeLink(uplink_rate, uplink_burst)
 
     def revoke(self, at: dt.datetime, actor: str, reason: str, trace_id: str = "") -> None:
         """Refuse the node's requests from now on; what it already sent stays."""

@@ -1,5 +1,5 @@
-"""`tidesync nodes …`: register, rotate, revoke, profile (groups and tags), show and list ship
-nodes (§17.1, §8.1).
+"""`tidesync nodes …`: register, rotate, revoke, profile (groups and tags), uplink (the limit
+its ship takes, §13.1), show and list ship nodes (§17.1, §8.1).
 
 `register_commands` is called by `tidesync.entrypoints.cli` while it builds the parser.
 """
@@ -20,7 +20,7 @@ from tidesync.apps.nodes import Actor, NodeService, NodeSummary
 from tidesync.bootstrap.ingress import open_node_service
 from tidesync.config import Config, load_config
 from tidesync.domain.clock import utc_now
-from tidesync.domain.node import NodeError, NodeProfile
+from tidesync.domain.node import NodeError, NodeLink, NodeProfile
 from tidesync.entrypoints.operator import actor_of, add_audit_arguments
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def register_commands(commands: Commands) -> None:
-    """Add `nodes register|rotate|revoke|profile|show|list`."""
+    """Add `nodes register|rotate|revoke|profile|uplink|show|list`."""
     nodes = commands.add_parser("nodes", help="register, rotate, revoke and list ship nodes")
     node_commands = nodes.add_subparsers(dest="nodes_command", metavar="SUBCOMMAND")
     node_commands.required = True
@@ -64,7 +64,20 @@ def register_commands(commands: Commands) -> None:
     add_audit_arguments(profile, default_reason=None)
     profile.set_defaults(handler=_run_profile)
 
-    show = node_commands.add_parser("show", help="show one node: status, keys, groups, tags")
+    uplink = node_commands.add_parser(
+        "uplink", help="set the node's uplink limit, which its ship takes with its config")
+    uplink.add_argument("node_id", metavar="NODE")
+    uplink.add_argument("--rate", type=byte_size, required=True, metavar="BYTES",
+                        help="compressed bytes per second on the wire, e.g. 131072 or 128KiB"
+                             " (0: none; the ship's own [ship] limit, if any, holds)")
+    uplink.add_argument("--burst", type=byte_size, default=0, metavar="BYTES",
+                        help="bytes the ship may write ahead of the rate (default: an eighth of"
+                             " a second of it, at least 16KiB)")
+    add_audit_arguments(uplink, default_reason=None)
+    uplink.set_defaults(handler=_run_uplink)
+
+    show = node_commands.add_parser(
+        "show", help="show one node: status, keys, groups, tags, uplink limit")
     show.add_argument("node_id", metavar="NODE")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_run_show)
@@ -119,6 +132,16 @@ def _run_profile(args: argparse.Namespace) -> int:
     return _with_service(args, run, needs_key=False)
 
 
+def _run_uplink(args: argparse.Namespace) -> int:
+    def run(service: NodeService, now: dt.datetime) -> None:
+        link = service.change_link(args.node_id, NodeLink.of(args.rate, args.burst),
+                                   _actor(args), now)
+        print(f"node {args.node_id}: uplink {_uplink(link)}; its ship takes it with its next"
+              " config (within a heartbeat)")
+
+    return _with_service(args, run, needs_key=False)
+
+
 def _run_show(args: argparse.Namespace) -> int:
     def run(service: NodeService, now: dt.datetime) -> None:
         summary = service.show(args.node_id, now)
@@ -140,13 +163,13 @@ def _run_list(args: argparse.Namespace) -> int:
                 print(json.dumps(_summary_json(summary)))
             return
         print(f"{'NODE':<24} {'STATUS':<8} {'REGISTERED':<32} {'KEYS':>4}  "
-              f"{'GROUPS':<24} {'TAGS':<24} OVERLAP ENDS / REVOKED")
+              f"{'GROUPS':<24} {'TAGS':<24} {'UPLINK B/S':>10}  OVERLAP ENDS / REVOKED")
         for s in summaries:
             note = (f"revoked {s.revoked_at.isoformat()} ({s.revoke_reason})" if s.revoked_at
                     else s.credentials_expiring.isoformat() if s.credentials_expiring else "")
             print(f"{s.node_id:<24} {s.status.value:<8} {s.registered_at.isoformat():<32} "
                   f"{s.valid_credentials:>4}  {_names(s.profile.groups):<24} "
-                  f"{_names(s.profile.tags):<24} {note}")
+                  f"{_names(s.profile.tags):<24} {s.link.uplink_rate or '-':>10}  {note}")
 
     return _with_service(args, run, needs_key=False)
 
@@ -162,7 +185,29 @@ def _summary_json(summary: NodeSummary) -> dict[str, object]:
         "credentials_expiring": text(summary.credentials_expiring),
         "revoked_at": text(summary.revoked_at), "revoke_reason": summary.revoke_reason,
         "groups": sorted(summary.profile.groups), "tags": sorted(summary.profile.tags),
+        "uplink_rate_bytes_per_sec": summary.link.uplink_rate,
+        "uplink_burst_bytes": summary.link.uplink_burst,
     }
+
+
+def _uplink(link: NodeLink) -> str:
+    if not link.limited:
+        return "no limit set on the shore"
+    return f"{link.uplink_rate} B/s, burst {link.uplink_burst} B"
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024 ** 2, "mib": 1024 ** 2}
+
+
+def byte_size(text: str) -> int:
+    """A byte count: digits, optionally followed by KiB or MiB (K, M)."""
+    number = text.strip().rstrip("bBiI")
+    digits = number.rstrip("kKmM")
+    unit = text.strip()[len(digits):].lower()
+    if not digits.isdigit() or len(digits) > 12 or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a byte count (e.g. 131072,"
+                                         " 128KiB, 1MiB)")
+    return int(digits) * _UNITS[unit]
 
 
 def _names(names: Iterable[str]) -> str:

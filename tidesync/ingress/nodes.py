@@ -16,6 +16,7 @@ from tidesync.apps.master_key import SecretBox
 from tidesync.apps.nodes import NodeNotFound, NodesApplication, NodeStoreUnavailable
 from tidesync.domain.node import (
     NODE_ID_PATTERN,
+    NodeLink,
     NodeProfile,
     NodeStatus,
 )
@@ -39,13 +40,14 @@ class SigningKey:
 
 @dataclass(frozen=True, slots=True)
 class NodeCredentials:
-    """What authentication knows of a node (None status means unknown), and the groups and
-    tags the rules it is offered are selected by."""
+    """What authentication knows of a node (None status means unknown), the groups and tags
+    the rules it is offered are selected by, and the uplink limit its config carries."""
 
     node_id: str
     status: NodeStatus | None
     keys: tuple[SigningKey, ...] = ()
     profile: NodeProfile = field(default_factory=NodeProfile)
+    link: NodeLink = field(default_factory=NodeLink)
 
     def secrets_at(self, now: dt.datetime) -> list[bytes]:
         return [key.secret for key in self.keys if key.is_valid_at(now)]
@@ -136,7 +138,7 @@ class NodeDirectory:
             SigningKey(box.open(c.sealed_secret, node_id, c.number), c.valid_until)
             for c in node.credentials
         )
-        return NodeCredentials(node_id, node.status, keys, node.profile)
+        return NodeCredentials(node_id, node.status, keys, node.profile, node.link)
 
     def _nodes(self) -> NodesApplication:
         with self._lock:

@@ -59,6 +59,7 @@ from tidesync.ingress.rules import (
     RuleOffer,
     RulesUnavailable,
     config_response,
+    with_link,
 )
 from tidesync.ingress.stores import SyncTables
 from tidesync.ingress.upload_bodies import (
@@ -323,12 +324,14 @@ class Ingress:
 
     def _config(self, call: Call) -> Store:
         codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))
-        response = config_response(self._node_config(call.node_id), self._control())
+        response = config_response(self._node_config(call.node_id),
+                                   self._control(call.node_id))
         return lambda conn: response
 
     def _node_config(self, node_id: str) -> NodeConfig:
         # The node authenticated a moment ago: its profile comes from the directory's cache.
-        return self.offer.for_node(node_id, self.directory.lookup(node_id).profile)
+        known = self.directory.lookup(node_id)
+        return with_link(self.offer.for_node(node_id, known.profile), known.link)
 
     def _offered_version(self, node_id: str) -> str | None:
         """The config version the node is offered; None when the rules cannot be read (the
@@ -339,12 +342,15 @@ class Ingress:
             log.warning("released rules unreadable for a heartbeat (%s)", error)
             return None
 
-    def _control(self) -> pb.ControlParameters:
-        # No uplink rate from the shore (0): each ship keeps its own [ship] uplink settings.
+    def _control(self, node_id: str) -> pb.ControlParameters:
+        # The node's uplink limit set on the shore (`tidesync nodes uplink`; 0: none, the
+        # ship keeps its own [ship] limit).
+        link = self.directory.lookup(node_id).link
         return pb.ControlParameters(
             batch_max_events=self.settings.max_events_per_batch,
             batch_max_uncompressed_bytes=self.settings.max_decompressed_bytes,
-            heartbeat_interval_seconds=self.settings.heartbeat_interval_seconds)
+            heartbeat_interval_seconds=self.settings.heartbeat_interval_seconds,
+            rate_bytes_per_sec=link.uplink_rate, burst_bytes=link.uplink_burst)
 
     def _commands(self, call: Call) -> Store:
         codec.check_protocol_version(call.request.headers.get(PROTOCOL_VERSION_HEADER, ""))

@@ -5,6 +5,7 @@ parameters.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from eventsourcing.persistence import PersistenceError
 
 from tidesync.domain.errors import ErrorCode, TidesyncError, Unavailable
-from tidesync.domain.node import NodeProfile
+from tidesync.domain.node import NodeLink, NodeProfile
 from tidesync.domain.rules.release import ReleasedRules, ReleaseStatus
 from tidesync.domain.rules.sync_rule import SyncRule
 from tidesync.wire import sync_pb2 as pb
@@ -123,6 +124,15 @@ class RuleOffer:
             raise RulesUnavailable(type(error).__name__) from error
         return tuple(sorted((OfferedRule.of(rule, status) for rule, status in offered),
                             key=lambda offer: offer.rule.rule_id))
+
+
+def with_link(config: NodeConfig, link: NodeLink) -> NodeConfig:
+    """The node's config with its uplink limit in the version, so that a ship whose limit
+    changed is told to fetch its config again (no limit: the rules' version as it was)."""
+    if not link.limited:
+        return config
+    return dataclasses.replace(
+        config, version=f"{config.version}+uplink:{link.uplink_rate}/{link.uplink_burst}")
 
 
 def config_response(config: NodeConfig, control: pb.ControlParameters) -> pb.ConfigResponse:

@@ -501,6 +501,10 @@ class ShipClient:
         assert self.rules is not None
         try:
             self.uploads.shore_limits(config.control)
+            pacer = getattr(self.link, "pacer", None)
+            if pacer is not None:
+                pacer.follow_shore(config.control.rate_bytes_per_sec,
+                                   config.control.burst_bytes)
             applied = self.rules.apply_config(config, self.clock())
         except (SchemaUnavailable, MaskKeyError) as error:
             delay = self.config_retry.failed(self.monotonic())

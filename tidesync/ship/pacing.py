@@ -13,6 +13,10 @@ Shared by every upload on its way (each on its own thread): the limit holds for 
 the bodies go one after another in the order they started, as the link carries them, rather
 than interleaved: a cut then finds at most one request partly delivered, and the first
 request's answer comes as early as the link allows.
+
+The shore may set the node's limit too (`tidesync nodes uplink`, §13.1; it comes with the
+node's config): the lower of the two holds, and a change keeps the tokens already earned (up to
+the new burst), so it never opens a fresh burst. Without either limit bodies go at once.
 """
 
 from __future__ import annotations
@@ -32,19 +36,50 @@ _MIN_PIECE_BYTES = 1024
 
 class UplinkPacer:
     """A token bucket of `rate` bytes per second and `burst` bytes that bodies are written
-    through; `pieces(body)` yields the body in pieces, each once the bucket allows it."""
+    through; `pieces(body)` yields the body in pieces, each once the bucket allows it. A rate
+    of 0 limits nothing until the shore sets one (`follow_shore`)."""
 
     def __init__(self, rate: float, burst: float, *,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.monotonic, self.sleep = monotonic, sleep
-        self._bucket = TokenBucket.full(rate, burst, monotonic())
+        self.own = (rate, burst) if rate > 0 else None
+        """The ship's own `[ship]` limit (None: none)."""
+        self.shore: tuple[float, float] | None = None
+        self._bucket = TokenBucket.full(rate, burst, monotonic()) if rate > 0 else None
         self._turns = threading.Condition()
         self._queue: deque[int] = deque()
         self._tickets = itertools.count()
         self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
         self.waited = 0.0
         """Seconds writers waited for the bucket, in all (for the run's telemetry and tests)."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether bodies are paced at all (no limit of the ship's own or the shore's: no)."""
+        return self._bucket is not None
+
+    @property
+    def rate(self) -> float:
+        """The limit in force, bytes per second (0: none)."""
+        bucket = self._bucket
+        return 0.0 if bucket is None else bucket.rate
+
+    def follow_shore(self, rate: float, burst: float) -> None:
+        """The node's limit as the shore sets it (rate 0: none): the lower of it and the ship's
+        own holds from now on, keeping the tokens earned."""
+        self.shore = (rate, burst) if rate > 0 else None
+        limits = [limit for limit in (self.own, self.shore) if limit is not None]
+        with self._turns:
+            if not limits:
+                self._bucket = None
+                return
+            rate, burst = min(limits)
+            burst = max(1.0, burst)
+            now = self.monotonic()
+            self._bucket = (TokenBucket.full(rate, burst, now) if self._bucket is None
+                            else self._bucket.reconfigured(rate, burst, now))
+            self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
 
     def pieces(self, body: bytes) -> Generator[bytes]:
         """`body` in pieces, each yielded once the limit allows it to be written and the
@@ -69,6 +104,8 @@ class UplinkPacer:
     def _take(self, size: int) -> None:
         while True:
             with self._turns:
+                if self._bucket is None:  # the limit was lifted meanwhile
+                    return
                 take = self._bucket.take(size, self.monotonic())
                 self._bucket = take.bucket
                 if take.granted:

@@ -376,7 +376,7 @@ class HttpShoreLink:
                    **sign_request(self.node_id, self.secret, method, target, body, self.now(),
                                   str(uuid.uuid4()))}
         payload: bytes | Generator[bytes] | None = body or None
-        if paced and self.pacer is not None and body:
+        if paced and self.pacer is not None and self.pacer.limited and body:
             # Written piece by piece as the limit allows; the length is known up front.
             payload = self.pacer.pieces(body)
             headers["Content-Length"] = str(len(body))
