@@ -18,6 +18,7 @@ import pytest
 
 from tests.integration.console_support import ConsoleWorld, config_for, console_world, data
 from tests.integration.shore_support import ShipLog, receive
+from tidesync.apps.nodes import Actor
 from tidesync.domain.change_event import (
     ChangeEvent,
     Operation,
@@ -27,6 +28,7 @@ from tidesync.domain.change_event import (
     event_id_for,
 )
 from tidesync.domain.downlink_command import CommandKind, DecisionPayload, NewCommand
+from tidesync.domain.node import NodeLink
 from tidesync.entrypoints.cli import main
 
 pytestmark = pytest.mark.services
@@ -889,3 +891,49 @@ def test_privileged_reads_are_recorded_as_operator_actions(world: ConsoleWorld):
         "aggregateHistory"]["state"]["state"] for a in approver]
     assert {"action": "read_conflict_evidence", "target": conflict_id} in [
         {"action": s["action"], "target": s["target"]} for s in states]
+
+
+def test_a_nodes_eta_rests_on_its_reported_backlog_and_throughput(world: ConsoleWorld):
+    node_id = f"it-console-eta-{uuid.uuid4().hex[:6]}"
+    registered = data(world.query(
+        'mutation($id: String!) { registerNode(input: {nodeId: $id, reason: "new ship"}) {'
+        " ... on NodeSecretIssued { position { token } } } }", {"id": node_id}))["registerNode"]
+    world.console.node_service(sealing=False).change_link(
+        node_id, NodeLink.of(128 * 1024), Actor("ops", "VSAT plan"), dt.datetime.now(dt.UTC))
+    query = """query($id: String!) { node(nodeId: $id) { eta { remainingBytes confidence
+      effectiveBytesPerSecond physicalBytesPerSecond inflowBytesPerSecond
+      netDrainBytesPerSecond uplinkLimitBytesPerSecond transferSeconds p50 p90 reason } } }"""
+    with world.views_in_background():
+        eta = data(world.query(query, {"id": node_id}, role="viewer", headers={
+            "X-Tidesync-Wait-For": registered["position"]["token"]}))["node"]["eta"]
+    assert (eta["confidence"], eta["remainingBytes"], eta["p50"]) == ("NONE", None, None)
+    assert "no backlog" in eta["reason"] and eta["uplinkLimitBytesPerSecond"] == 131072
+
+    # Twenty minutes of heartbeats: 60 KB confirmed a minute (66 KB sent), the backlog from
+    # 3.0 MB down to 2.73 MB across two partitions while 1.2 MB was confirmed.
+    with world.pool.connection() as conn:
+        for minute in range(1, 21):
+            conn.execute(
+                "INSERT INTO metric_sample (node_id, sampled_at, dimension, kind, direction,"
+                " received_at, window_seconds, payload_bytes_confirmed, physical_bytes,"
+                " active_transfer_seconds) VALUES (%s, now() - %s * interval '1 minute',"
+                " 'THROUGHPUT/UPLINK/60', 'THROUGHPUT', 'UPLINK',"
+                " now() - %s * interval '1 minute', 60, 60000, 66000, 60)",
+                (node_id, minute, minute))
+        for minute, halves in ((20, 1_500_000), (0, 1_365_000)):
+            for partition in (0, 1):
+                conn.execute(
+                    "INSERT INTO metric_sample (node_id, sampled_at, dimension, kind, direction,"
+                    " received_at, topic, source_partition, backlog_bytes,"
+                    " estimated_compressed_bytes) VALUES (%s, now() - %s * interval '1 minute',"
+                    " %s, 'BACKLOG', 'UPLINK', now() - %s * interval '1 minute', 'sync.cdc.x',"
+                    " %s, %s, %s)",
+                    (node_id, minute, f"BACKLOG/UPLINK/sync.cdc.x/{partition}", minute,
+                     partition, halves * 4, halves))
+    eta = data(world.query(query, {"id": node_id}, role="viewer"))["node"]["eta"]
+    assert eta["confidence"] == "NORMAL" and eta["remainingBytes"] == 2_730_000
+    assert (eta["effectiveBytesPerSecond"], eta["physicalBytesPerSecond"]) == (1000.0, 1100.0)
+    assert abs(eta["inflowBytesPerSecond"] - 775.0) < 1e-6
+    assert abs(eta["netDrainBytesPerSecond"] - 225.0) < 1e-6
+    assert abs(eta["transferSeconds"] - 2_730_000 / 225) < 0.01
+    assert eta["p50"] is not None and eta["p90"] is not None

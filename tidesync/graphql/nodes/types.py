@@ -8,12 +8,16 @@ from typing import Annotated
 
 import strawberry
 
+from tidesync.apps.nodes import NodeNotFound
 from tidesync.graphql.backlogs.types import Backlog
 from tidesync.graphql.common import JSON, Long, WritePosition, field, long_or_none
+from tidesync.graphql.console import Console
 from tidesync.graphql.context import Info
+from tidesync.graphql.nodes.eta import NodeEtaView, fetch_eta
 from tidesync.graphql.nodes.loaders import NodeRow
 from tidesync.graphql.nodes.permissions import CanSeeNodeSecret
 from tidesync.graphql.permissions import allow
+from tidesync.graphql.threads import blocking
 
 
 @strawberry.type(description="A ship node: registration from its stream; version, health, "
@@ -39,6 +43,13 @@ class Node:
     async def backlogs(self, info: Info) -> list[Backlog]:
         rows = await info.context.loaders.backlogs_of_node.load(self.node_id)
         return [Backlog.from_row(row) for row in rows]
+
+    @field(description="When this node's upload backlog should be through, and what that "
+                       "estimate rests on (§15.3).")
+    async def eta(self, info: Info) -> NodeEtaView:
+        console = info.context.console
+        eta = await blocking(fetch_eta, console.pool, self.node_id)
+        return NodeEtaView.of(eta, await blocking(_uplink_limit, console, self.node_id))
 
     @classmethod
     def from_row(cls, row: NodeRow) -> Node:
@@ -98,3 +109,11 @@ RegisterNodeResult = Annotated[NodeSecretIssued | NodeError,
 RotateNodeResult = Annotated[NodeSecretIssued | NodeError, strawberry.union("RotateNodeResult")]
 RevokeNodeResult = Annotated[NodeRevokedSuccess | NodeError,
                              strawberry.union("RevokeNodeResult")]
+
+
+def _uplink_limit(console: Console, node_id: str) -> int:
+    """The uplink limit the shore set for the node (0: none, or a node it does not know)."""
+    try:
+        return console.apps().nodes.node(node_id).link.uplink_rate
+    except NodeNotFound:
+        return 0
