@@ -9,6 +9,7 @@ import json
 import logging
 import secrets
 import uuid
+import zoneinfo
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from tidesync.domain.change_event import (
 from tidesync.domain.downlink_command import CommandKind, DecisionPayload, NewCommand
 from tidesync.domain.node import NodeLink
 from tidesync.entrypoints.cli import main
+from tidesync.graphql.nodes.eta import fetch_eta
 
 pytestmark = pytest.mark.services
 
@@ -937,3 +939,41 @@ def test_a_nodes_eta_rests_on_its_reported_backlog_and_throughput(world: Console
     assert abs(eta["netDrainBytesPerSecond"] - 225.0) < 1e-6
     assert abs(eta["transferSeconds"] - 2_730_000 / 225) < 0.01
     assert eta["p50"] is not None and eta["p90"] is not None
+
+
+def test_an_eta_counts_only_the_hours_the_backlogs_rules_may_send(world: ConsoleWorld):
+    node_id = f"it-console-eta-{uuid.uuid4().hex[:6]}"
+    with world.pool.connection() as conn:
+        # Ten minutes of heartbeats at 1,000 B/s of payload; 7.2 MB left (two hours of
+        # transfer), all of it the `noon` rule's; the node reads its schedules in Oslo time.
+        conn.execute("INSERT INTO node_heartbeat (node_id, received_at, sent_at,"
+                     " protocol_version, client_version, active_config_version, health,"
+                     " timezone) VALUES (%s, now(), now(), '1.0', 't', '', '[]',"
+                     " 'Europe/Oslo')", (node_id,))
+        for minute in range(1, 11):
+            conn.execute(
+                "INSERT INTO metric_sample (node_id, sampled_at, dimension, kind, direction,"
+                " received_at, window_seconds, payload_bytes_confirmed, physical_bytes,"
+                " active_transfer_seconds) VALUES (%s, now() - %s * interval '1 minute',"
+                " 'THROUGHPUT', 'THROUGHPUT', 'UPLINK', now() - %s * interval '1 minute', 60,"
+                " 60000, 60000, 60)", (node_id, minute, minute))
+        conn.execute(
+            "INSERT INTO metric_sample (node_id, sampled_at, dimension, kind, direction,"
+            " received_at, topic, source_partition, rule_id, backlog_bytes,"
+            " estimated_compressed_bytes) VALUES (%s, now(), 'BACKLOG', 'BACKLOG', 'UPLINK',"
+            " now(), 'sync.cdc.x', 0, 'noon', 30000000, 7200000)", (node_id,))
+    anytime = fetch_eta(world.pool, node_id)
+    assert anytime.transfer_seconds == 7200.0 and not anytime.within_windows
+    assert anytime.p50 == anytime.computed_at + dt.timedelta(hours=2)
+    # One open hour a day in Oslo, starting two to three hours from now (on the hour): the
+    # second hour of transfer ends when that window closes tomorrow.
+    oslo = zoneinfo.ZoneInfo("Europe/Oslo")
+    opens = (anytime.computed_at.astimezone(oslo) + dt.timedelta(hours=3)).hour
+    window = f"{opens:02d}:00-{(opens + 1) % 24:02d}:00"
+    daily = fetch_eta(world.pool, node_id, lambda: {"noon": window})
+    assert daily.within_windows and daily.p50 is not None
+    local = daily.p50.astimezone(oslo)
+    assert (local.hour, local.minute) == ((opens + 1) % 24, 0)
+    assert dt.timedelta(days=1) < daily.p50 - daily.computed_at < dt.timedelta(days=2)
+    # A rule without a schedule holding backlog: the link may carry it at any time.
+    assert not fetch_eta(world.pool, node_id, lambda: {"noon": ""}).within_windows

@@ -444,3 +444,16 @@ def test_a_nodes_uplink_limit_reaches_its_config_and_a_change_asks_for_a_new_one
     lifted = offered(north.config())
     assert (lifted.control.rate_bytes_per_sec, lifted.config_version) == (
         0, before.config_version)
+
+
+def test_the_heartbeat_keeps_the_zone_the_node_reads_its_schedules_in(
+        fleet: Fleet, database: PostgresDatabase) -> None:
+    north, node_id = fleet.client("north"), fleet.node_id("north")
+    for zone, stored in (("Europe/Oslo", "Europe/Oslo"), ("../../etc/passwd", None),
+                         ("", None)):
+        fleet.clock.advance(1)
+        message = beat(node_id, fleet.clock())
+        message.timezone = zone
+        assert north.heartbeat(message).status == 200
+        assert query(database, "SELECT timezone FROM node_heartbeat WHERE node_id = %s",
+                     node_id) == [(stored,)]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import datetime as dt
 
 from tests.clocks import rounded_now
-from tidesync.domain.eta import BacklogPoint, Confidence, ThroughputSample, estimate
+from tidesync.domain.eta import (
+    BacklogPoint,
+    Confidence,
+    ThroughputSample,
+    estimate,
+    within_windows,
+)
+from tidesync.domain.rules.schedule import TransferSchedule, week_of
 
 NOW = rounded_now()
 MINUTE = dt.timedelta(minutes=1)
@@ -70,3 +77,36 @@ def test_samples_older_than_a_day_or_from_the_future_are_left_out() -> None:
     future = [ThroughputSample(NOW + MINUTE, 60.0, 10**9, 10**9, 60.0)]
     eta = estimate(NOW, [BacklogPoint(NOW, 60_000)], old + future + beats(20, 60_000))
     assert eta.effective_bytes_per_second == 1000.0 and eta.transfer_seconds == 60.0
+
+
+def test_with_schedules_the_dates_count_only_open_minutes() -> None:
+    # Ten hours of transfer left; the link is the backlog's only from 22:00 to 06:00 UTC.
+    eta = estimate(NOW, [BacklogPoint(NOW, 36_000_000)], beats(20, 60_000))
+    assert eta.transfer_seconds == 36_000.0
+    week = week_of([TransferSchedule.parse("22:00-06:00")])
+    scheduled = within_windows(eta, dt.UTC, week)
+    assert scheduled.within_windows and scheduled.transfer_seconds == 36_000.0
+    assert scheduled.p50 is not None and eta.p50 is not None and scheduled.p50 > eta.p50
+    # Eight open hours a night: exactly ten hours of open minutes lie before the date, and
+    # the date is the end of an open minute.
+    assert _open_minutes_between(NOW, scheduled.p50, week) == 600
+    # Times that are already past stay as they are (nothing waits).
+    done = estimate(NOW, [BacklogPoint(NOW, 0)], [])
+    assert within_windows(done, dt.UTC, week).p50 == NOW
+
+
+def _open_minutes_between(start: dt.datetime, end: dt.datetime, week: bytes) -> int:
+    minute, count = start, 0
+    while minute < end - dt.timedelta(seconds=1):
+        count += week[minute.weekday() * 1440 + minute.hour * 60 + minute.minute]
+        minute += MINUTE
+    return count
+
+
+def test_the_date_ends_inside_a_window() -> None:
+    eta = estimate(NOW, [BacklogPoint(NOW, 36_000_000)], beats(20, 60_000))
+    week = week_of([TransferSchedule.parse("22:00-06:00")])
+    p50 = within_windows(eta, dt.UTC, week).p50
+    assert p50 is not None
+    last = p50 - MINUTE
+    assert week[last.weekday() * 1440 + last.hour * 60 + last.minute] == 1

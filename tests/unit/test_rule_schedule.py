@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidesync.domain.rules.schedule import ScheduleError, TransferSchedule
+from tidesync.domain.rules.schedule import (
+    ScheduleError,
+    TransferSchedule,
+    after_open_time,
+    week_of,
+    zone_of,
+)
 from tidesync.domain.rules.sync_rule import SyncRule
 
 MONDAY = dt.datetime(2041, 1, 7)  # a Monday
@@ -125,3 +131,25 @@ def test_a_rule_with_an_unreadable_schedule_fails_its_checks() -> None:
         "schedule: window 1 ('nightly'): the time range must be HH:MM-HH:MM"]
     assert rule(schedule="22:00-06:00", direction="DOWNLINK").problems() == [
         "schedule: it holds a ship's uploads, so a DOWNLINK rule takes none"]
+
+
+def test_transfer_time_is_laid_onto_the_open_minutes_of_the_week() -> None:
+    week = week_of([TransferSchedule.parse("Mon-Fri 22:00-06:00"),
+                    TransferSchedule.parse("Sat 12:00-13:00")])
+    assert sum(week) == 5 * 8 * 60 + 60
+    noon = at(0, 12)  # Monday noon: the first window opens at 22:00
+    assert after_open_time(noon, 3600, week) == at(0, 23)
+    assert after_open_time(noon, 8 * 3600, week) == at(1, 6)  # the whole first night
+    assert after_open_time(noon, 8 * 3600 + 60, week) == at(1, 22, 1)
+    # A whole week's open time later: the same point of the next week.
+    assert after_open_time(noon, sum(week) * 60 + 3600, week) == at(7, 23)
+    assert after_open_time(at(5, 12, 30), 1800, week) == at(5, 13)  # Saturday's hour
+    oslo = dt.datetime(2041, 1, 7, 12, tzinfo=OSLO)
+    assert after_open_time(oslo, 60, week) == dt.datetime(2041, 1, 7, 22, 1, tzinfo=OSLO)
+    assert after_open_time(noon, 60, bytes(len(week))) is None  # never open
+
+
+def test_an_unknown_zone_is_refused_by_name() -> None:
+    assert zone_of("UTC") is dt.UTC and zone_of("Europe/Oslo") == OSLO
+    with pytest.raises(ValueError, match="'Mars/Olympus' is not a known IANA time zone"):
+        zone_of("Mars/Olympus")

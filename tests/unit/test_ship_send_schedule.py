@@ -203,3 +203,7 @@ def test_the_client_holds_a_rule_outside_its_schedule_until_the_shores_time_open
     client._heartbeat_answered(pb.HeartbeatResponse(
         server_time_micros=int(shore.timestamp() * 1_000_000)))
     assert [e.source_position for e in client.window.take(0.0, BatchLimits())] == [0, 1, 2]
+
+
+def test_the_heartbeat_tells_the_shore_the_nodes_zone(client: ShipClient) -> None:
+    assert client.heartbeat_message().timezone == "Asia/Kolkata"

@@ -12,17 +12,22 @@
 * The ETA is `remaining ÷ net drain` of transfer time; P50 and P90 take the median and the
   10th percentile of the per-sample throughput over the last 24 hours instead (a slower link
   gives the later, P90, date).
+* When every rule holding backlog has a schedule (§13.3), the transfer time is laid onto the
+  minutes their windows are open, in the node's time zone (`within_windows`).
 
 Pure: the caller reads the samples and passes the time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from tidesync.domain.rules.schedule import after_open_time
 
 OBSERVATION = dt.timedelta(minutes=30)
 HISTORY = dt.timedelta(hours=24)
@@ -71,6 +76,8 @@ class NodeEta:
     p90: dt.datetime | None
     reason: str
     """Why there is no ETA, or how sure it is, in words."""
+    within_windows: bool = False
+    """The dates count only the minutes the backlog's rules' schedules are open."""
 
 
 def estimate(now: dt.datetime, backlog: Sequence[BacklogPoint],
@@ -112,6 +119,21 @@ def estimate(now: dt.datetime, backlog: Sequence[BacklogPoint],
     return answer(Confidence.LOW if low else Confidence.NORMAL,
                   "fewer than ten minutes of samples" if low else "from the last 30 minutes",
                   inflow=inflow, net=net, transfer=last.remaining_bytes / net, p50=p50, p90=p90)
+
+
+def within_windows(eta: NodeEta, zone: dt.tzinfo, week: bytes) -> NodeEta:
+    """The ETA with its dates moved onto the open minutes of `week` (wall-clock minutes in
+    `zone`): when every rule holding backlog has a schedule, the link carries it only then."""
+    local = eta.computed_at.astimezone(zone)
+
+    def moved(date: dt.datetime | None) -> dt.datetime | None:
+        if date is None or date <= eta.computed_at:
+            return date
+        seconds = (date - eta.computed_at).total_seconds()
+        mapped = after_open_time(local, seconds, week)
+        return None if mapped is None else mapped.astimezone(dt.UTC)
+
+    return dataclasses.replace(eta, p50=moved(eta.p50), p90=moved(eta.p90), within_windows=True)
 
 
 def _inflow(points: Sequence[BacklogPoint], recent: Sequence[ThroughputSample],

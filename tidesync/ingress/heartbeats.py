@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -20,14 +21,17 @@ from tidesync.ingress.sync_states import checked_sync_states, store_sync_states
 from tidesync.wire import sync_pb2 as pb
 
 _INT64 = 1 << 63
+_ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,2}")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _UPSERT_LATEST = (
     "INSERT INTO node_heartbeat (node_id, received_at, sent_at, protocol_version,"
-    " client_version, active_config_version, health) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+    " client_version, active_config_version, health, timezone)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (node_id) DO UPDATE SET received_at = EXCLUDED.received_at,"
     " sent_at = EXCLUDED.sent_at, protocol_version = EXCLUDED.protocol_version,"
     " client_version = EXCLUDED.client_version,"
-    " active_config_version = EXCLUDED.active_config_version, health = EXCLUDED.health"
+    " active_config_version = EXCLUDED.active_config_version, health = EXCLUDED.health,"
+    " timezone = EXCLUDED.timezone"
     " WHERE node_heartbeat.sent_at <= EXCLUDED.sent_at RETURNING node_id"
 )
 _INSERT_SAMPLE = (
@@ -68,7 +72,7 @@ class PostgresHeartbeats:
         sync_states = checked_sync_states(heartbeat.sync_states)
         newest = conn.execute(_UPSERT_LATEST, (
             node_id, now, sent_at, heartbeat.protocol_version, heartbeat.client_version,
-            heartbeat.active_config_version, health,
+            heartbeat.active_config_version, health, zone_name(heartbeat.timezone),
         )).fetchone() is not None
         # A heartbeat that arrives after a newer one must not bring back what it reported.
         if newest:
@@ -77,6 +81,12 @@ class PostgresHeartbeats:
         if samples:
             with conn.cursor() as cursor:
                 cursor.executemany(_INSERT_SAMPLE, samples)
+
+
+def zone_name(text: str) -> str | None:
+    """The node's time zone as stored: an IANA-shaped name, else None (never refused: a
+    heartbeat's health matters more than its zone)."""
+    return text if len(text) <= 64 and _ZONE.fullmatch(text) else None
 
 
 def _health(item: pb.SubsystemHealth) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from tidesync.cdc.kafka import (
 )
 from tidesync.domain.backoff import Backoff
 from tidesync.domain.clock import Clock, Monotonic, utc_now
+from tidesync.domain.rules.schedule import zone_of
 from tidesync.ship.batcher import SendWindow, default_priority
 from tidesync.ship.client_settings import ClientSettings, PeriodicTimer
 from tidesync.ship.consumer import QueueConsumer, QueueReason
@@ -31,7 +32,6 @@ from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.resend import QueueResender
 from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
 from tidesync.ship.send_schedule import SendSchedules, TrustedClock
-from tidesync.ship.settings import zone_of
 from tidesync.ship.shore_answers import applied_ranges, terminal_results
 from tidesync.ship.side_requests import SideRequests
 from tidesync.ship.state import (
@@ -558,7 +558,7 @@ class ShipClient:
                                self.health.entries.values(), backlog, [sample],
                                "" if rules is None else rules.config_version,
                                () if rules is None else rules.activations(),
-                               self.sync_states())
+                               self.sync_states(), self.settings.timezone)
 
     def _final_heartbeat(self) -> None:
         self.heartbeat_retry.succeeded()

@@ -7,10 +7,10 @@ file) and of their schedules (the node's time zone).
 
 from __future__ import annotations
 
-import datetime as dt
-import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
+
+from tidesync.domain.rules.schedule import zone_of
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,6 @@ class ShipScheduleSettings:
         if not 10 <= self.clock_jump_seconds <= 86_400:
             problems.append("ship.clock_jump_seconds: must be 10..86400")
         return problems
-
-
-def zone_of(name: str) -> dt.tzinfo:
-    """The IANA zone `name` (UTC without the zone database); ValueError when unknown."""
-    if name in ("UTC", "Etc/UTC"):
-        return dt.UTC
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{name[:64]!r} is not a known IANA time zone") from None
 
 
 @dataclass(frozen=True)

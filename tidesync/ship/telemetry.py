@@ -149,13 +149,14 @@ def build_heartbeat(node_id: str, now: dt.datetime, health: Iterable[Health],
                     throughput: Iterable[pb.ThroughputSample],
                     config_version: str = "",
                     rules: Iterable[pb.RuleActivation] = (),
-                    sync_states: Iterable[pb.SyncState] = ()) -> pb.Heartbeat:
+                    sync_states: Iterable[pb.SyncState] = (), timezone: str = "") -> pb.Heartbeat:
     """`config_version` is the config the ship applied; `rules` one activation per rule the
     shore offers it (versions, validation and problems: names only, never values);
-    `sync_states` the snapshot and catch-up state per rule and table."""
+    `sync_states` the snapshot and catch-up state per rule and table; `timezone` the zone its
+    rules' schedules are read in."""
     message = pb.Heartbeat(protocol_version=codec.PROTOCOL_VERSION, node_id=node_id,
                            client_version=CLIENT_VERSION, sent_at_micros=_micros(now),
-                           active_config_version=config_version)
+                           active_config_version=config_version, timezone=timezone[:64])
     message.rules.extend(rules)
     message.sync_states.extend(sync_states)
     for item in health:

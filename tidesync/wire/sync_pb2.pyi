@@ -800,7 +800,7 @@ class ThroughputSample(_message.Message):
     def __init__(self, direction: _Optional[_Union[Direction, str]] = ..., window_start_micros: _Optional[int] = ..., window_seconds: _Optional[int] = ..., payload_bytes_confirmed: _Optional[int] = ..., physical_bytes: _Optional[int] = ..., active_transfer_seconds: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version", "rules", "sync_states")
+    __slots__ = ("protocol_version", "node_id", "client_version", "sent_at_micros", "health", "backlog", "throughput", "active_config_version", "rules", "sync_states", "timezone")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -811,6 +811,7 @@ class Heartbeat(_message.Message):
     ACTIVE_CONFIG_VERSION_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
     SYNC_STATES_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
     protocol_version: str
     node_id: str
     client_version: str
@@ -821,7 +822,8 @@ class Heartbeat(_message.Message):
     active_config_version: str
     rules: _containers.RepeatedCompositeFieldContainer[RuleActivation]
     sync_states: _containers.RepeatedCompositeFieldContainer[SyncState]
-    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleActivation, _Mapping]]] = ..., sync_states: _Optional[_Iterable[_Union[SyncState, _Mapping]]] = ...) -> None: ...
+    timezone: str
+    def __init__(self, protocol_version: _Optional[str] = ..., node_id: _Optional[str] = ..., client_version: _Optional[str] = ..., sent_at_micros: _Optional[int] = ..., health: _Optional[_Iterable[_Union[SubsystemHealth, _Mapping]]] = ..., backlog: _Optional[_Iterable[_Union[PartitionBacklog, _Mapping]]] = ..., throughput: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., active_config_version: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[RuleActivation, _Mapping]]] = ..., sync_states: _Optional[_Iterable[_Union[SyncState, _Mapping]]] = ..., timezone: _Optional[str] = ...) -> None: ...
 
 class RuleActivation(_message.Message):
     __slots__ = ("rule_id", "active_version", "candidate_version", "validation", "problems", "activated_at_micros")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import zoneinfo
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tidesync.domain.errors import ErrorCode, TidesyncError
@@ -95,6 +97,53 @@ class TransferSchedule:
                 if moment > wall and self.open_at(moment):
                     return moment.replace(tzinfo=zone)
         return None
+
+
+MINUTES_PER_WEEK = 7 * _MINUTES_PER_DAY
+
+
+def zone_of(name: str) -> dt.tzinfo:
+    """The IANA zone `name` (UTC without the zone database); ValueError when unknown."""
+    if name in ("UTC", "Etc/UTC"):
+        return dt.UTC
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{name[:64]!r} is not a known IANA time zone") from None
+
+
+def week_of(schedules: Iterable[TransferSchedule]) -> bytes:
+    """The minutes of the week (Monday 00:00 first) any of `schedules` is open: 1 or 0 each."""
+    week = bytearray(MINUTES_PER_WEEK)
+    for schedule in schedules:
+        for window in schedule.windows or (Window(frozenset(range(7)), 0, _MINUTES_PER_DAY),):
+            for day in window.days:
+                start = day * _MINUTES_PER_DAY + window.start
+                for minute in range(start, start + window.length):
+                    week[minute % MINUTES_PER_WEEK] = 1
+    return bytes(week)
+
+
+def after_open_time(local: dt.datetime, seconds: float, week: bytes) -> dt.datetime | None:
+    """The wall-clock time at which `seconds` of open time, counted from `local` (in its zone)
+    in the open minutes of `week`, have passed; None when the week has none."""
+    open_minutes = sum(week)
+    if not open_minutes:
+        return None
+    wall = local.replace(tzinfo=None, second=0, microsecond=0)
+    left = max(0.0, seconds) / 60.0
+    weeks = int(left // open_minutes)
+    if weeks and left == weeks * open_minutes:
+        weeks -= 1  # end inside the last open minute, not a week later
+    left -= weeks * open_minutes
+    start = local.weekday() * _MINUTES_PER_DAY + local.hour * 60 + local.minute
+    for step in range(2 * MINUTES_PER_WEEK):
+        if week[(start + step) % MINUTES_PER_WEEK]:
+            if left <= 1.0:
+                moment = wall + dt.timedelta(weeks=weeks, minutes=step + left)
+                return moment.replace(tzinfo=local.tzinfo)
+            left -= 1.0
+    return None  # not reached: two weeks hold more than one week's open minutes
 
 
 def _window(text: str, number: int) -> Window:

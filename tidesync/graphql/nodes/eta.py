@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable, Mapping
 
 import strawberry
 
@@ -19,7 +20,9 @@ from tidesync.domain.eta import (
     NodeEta,
     ThroughputSample,
     estimate,
+    within_windows,
 )
+from tidesync.domain.rules.schedule import ScheduleError, TransferSchedule, week_of, zone_of
 from tidesync.graphql.common import Long, long_or_none
 from tidesync.graphql.nodes.loaders import Pool
 
@@ -47,8 +50,20 @@ _SKEW = dt.timedelta(days=1)
 to be found by the index on (node_id, sampled_at); `received_at` then decides."""
 
 
-def fetch_eta(pool: Pool, node_id: str) -> NodeEta:
-    """The node's ETA now (the database's time)."""
+_RULES_HOLDING = (
+    "SELECT rule_id, sum(coalesce(estimated_compressed_bytes, backlog_bytes, 0))"
+    " FROM metric_sample WHERE node_id = %(node)s AND kind = 'BACKLOG' AND direction = 'UPLINK'"
+    " AND sampled_at = (SELECT max(sampled_at) FROM metric_sample WHERE node_id = %(node)s"
+    "   AND kind = 'BACKLOG' AND direction = 'UPLINK') GROUP BY rule_id")
+_ZONE = "SELECT timezone FROM node_heartbeat WHERE node_id = %(node)s"
+
+Schedules = Callable[[], Mapping[str, str]]
+"""Rule id → the `schedule` of the version ships are offered."""
+
+
+def fetch_eta(pool: Pool, node_id: str, schedules: Schedules = dict) -> NodeEta:
+    """The node's ETA now (the database's time), laid onto its rules' schedules when every
+    rule holding backlog has one and the node said its time zone."""
     with pool.connection() as conn:
         row = conn.execute("SELECT now()").fetchone()
         assert row is not None
@@ -61,7 +76,36 @@ def fetch_eta(pool: Pool, node_id: str) -> NodeEta:
                    in conn.execute(_THROUGHPUT, params).fetchall()]
         points = {at: int(total or 0) for query in (_BACKLOG, _LATEST_BACKLOG)
                   for at, total in conn.execute(query, params).fetchall()}
-    return estimate(now, [BacklogPoint(at, total) for at, total in points.items()], samples)
+        holding = [rule_id for rule_id, total in conn.execute(_RULES_HOLDING, params).fetchall()
+                   if total]
+        zone_row = conn.execute(_ZONE, params).fetchone()
+    eta = estimate(now, [BacklogPoint(at, total) for at, total in points.items()], samples)
+    week = _week(holding, schedules)
+    zone = _zone(None if zone_row is None else zone_row[0])
+    return eta if week is None or zone is None else within_windows(eta, zone, week)
+
+
+def _week(holding: list[str | None], schedules: Schedules) -> bytes | None:
+    """The open minutes of the holding rules' schedules; None unless every one has one."""
+    if not holding or None in holding:
+        return None
+    offered = schedules()
+    texts = [offered.get(rule_id or "", "").strip() for rule_id in holding]
+    if not all(texts):
+        return None
+    try:
+        return week_of(TransferSchedule.parse(text) for text in texts)
+    except ScheduleError:
+        return None
+
+
+def _zone(name: str | None) -> dt.tzinfo | None:
+    if not name:
+        return None
+    try:
+        return zone_of(name)
+    except ValueError:
+        return None
 
 
 @strawberry.enum(name="EtaConfidence")
@@ -77,8 +121,9 @@ class EtaConfidence(enum.Enum):
                              "throughput (confirmed payload per second of transfer, last 30 "
                              "minutes) beside the physical one, the net drain, the uplink limit "
                              "the shore set, and P50/P90 dates from the last 24 hours' "
-                             "throughput. Time windows of rules' schedules are not taken into "
-                             "account: the dates assume the link may be used at any time.")
+                             "throughput. When every rule holding backlog has a schedule, the "
+                             "dates count only the minutes its windows are open, in the node's "
+                             "time zone (withinWindows).")
 class NodeEtaView:
     computed_at: dt.datetime
     remaining_bytes: Long | None
@@ -94,6 +139,7 @@ class NodeEtaView:
     p50: dt.datetime | None
     p90: dt.datetime | None
     reason: str
+    within_windows: bool
 
     @classmethod
     def of(cls, eta: NodeEta, uplink_limit: int) -> NodeEtaView:
@@ -105,4 +151,5 @@ class NodeEtaView:
             net_drain_bytes_per_second=eta.net_drain_bytes_per_second,
             uplink_limit_bytes_per_second=long_or_none(uplink_limit or None),
             sample_seconds=eta.sample_seconds, confidence=EtaConfidence(eta.confidence.value),
-            transfer_seconds=eta.transfer_seconds, p50=eta.p50, p90=eta.p90, reason=eta.reason)
+            transfer_seconds=eta.transfer_seconds, p50=eta.p50, p90=eta.p90, reason=eta.reason,
+            within_windows=eta.within_windows)

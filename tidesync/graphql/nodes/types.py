@@ -48,7 +48,8 @@ class Node:
                        "estimate rests on (§15.3).")
     async def eta(self, info: Info) -> NodeEtaView:
         console = info.context.console
-        eta = await blocking(fetch_eta, console.pool, self.node_id)
+        eta = await blocking(fetch_eta, console.pool, self.node_id,
+                             lambda: _schedules(console))
         return NodeEtaView.of(eta, await blocking(_uplink_limit, console, self.node_id))
 
     @classmethod
@@ -117,3 +118,8 @@ def _uplink_limit(console: Console, node_id: str) -> int:
         return console.apps().nodes.node(node_id).link.uplink_rate
     except NodeNotFound:
         return 0
+
+
+def _schedules(console: Console) -> dict[str, str]:
+    """Each rule's schedule in the version ships are offered."""
+    return {rule.rule_id: rule.schedule for rule, _ in console.rule_releases().offered()}
