@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.clocks import rounded_now
+from tests.unit import test_nodes as node_tests
 from tests.unit.offline_client import offline_client
+from tests.unit.test_nodes import KEY
 from tests.unit.test_uplink_pacing import FakeTime
 from tidesync.apps.master_key import SecretBox
 from tidesync.apps.nodes import Actor, NodesApplication, NodeService
@@ -25,14 +26,7 @@ from tidesync.wire import sync_pb2 as pb
 
 NOW = rounded_now()
 OPS = Actor("olga", "VSAT plan of 2 Mbit/s", "trace-9")
-KEY = bytes(range(32))
-
-
-@pytest.fixture
-def app() -> Iterator[NodesApplication]:
-    application = NodesApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
-    yield application
-    application.close()
+app = node_tests.app  # the nodes application on the in-memory store
 
 
 def test_a_limit_is_recorded_as_an_event_with_its_actor_and_read_back(

@@ -153,25 +153,27 @@ class NodeService:
         return IssuedSecret(node_id, number, secret)
 
     def revoke(self, node_id: str, actor: Actor, now: dt.datetime) -> None:
-        node = self.app.node(node_id)
-        node.revoke(now, actor.name, actor.reason, actor.trace_id)
-        self.app.save(node)
+        self._saved(node_id, lambda node: node.revoke(now, actor.name, actor.reason,
+                                                      actor.trace_id))
 
     def change_profile(self, node_id: str, profile: NodeProfile, actor: Actor,
                        now: dt.datetime) -> NodeProfile:
         """Give the node these groups and tags; returns the profile it now has."""
-        node = self.app.node(node_id)
-        node.change_profile(profile, now, actor.name, actor.reason, actor.trace_id)
-        self.app.save(node)
-        return node.profile
+        return self._saved(node_id, lambda node: node.change_profile(
+            profile, now, actor.name, actor.reason, actor.trace_id)).profile
 
     def change_link(self, node_id: str, link: NodeLink, actor: Actor,
                     now: dt.datetime) -> NodeLink:
         """Give the node this uplink limit; returns the one it now has (burst filled in)."""
+        return self._saved(node_id, lambda node: node.change_link(
+            link, now, actor.name, actor.reason, actor.trace_id)).link
+
+    def _saved(self, node_id: str, change: Callable[[Node], None]) -> Node:
+        """The node after `change`, saved."""
         node = self.app.node(node_id)
-        node.change_link(link, now, actor.name, actor.reason, actor.trace_id)
+        change(node)
         self.app.save(node)
-        return node.link
+        return node
 
     def show(self, node_id: str, now: dt.datetime) -> NodeSummary:
         return _summary(self.app.node(node_id), now)

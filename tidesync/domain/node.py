@@ -232,10 +232,7 @@ class Node(Aggregate):
     def change_profile(self, profile: NodeProfile, at: dt.datetime, actor: str, reason: str,
                        trace_id: str = "") -> None:
         """Give the node these groups and tags (replacing the ones it had)."""
-        if self.is_revoked:
-            raise NodeRevoked(f"node {self.node_id} is revoked")
-        if not reason.strip():
-            raise NodeError("changing a node's groups and tags needs a reason")
+        self._check_change("groups and tags", reason)
         checked = NodeProfile.of(profile.groups, profile.tags)
         self._profile_changed(sorted(checked.groups), sorted(checked.tags), at, actor, reason,
                               trace_id)
@@ -248,10 +245,7 @@ class Node(Aggregate):
     def change_link(self, link: NodeLink, at: dt.datetime, actor: str, reason: str,
                     trace_id: str = "") -> None:
         """Give the node this uplink limit (rate 0: none); ships take it with their config."""
-        if self.is_revoked:
-            raise NodeRevoked(f"node {self.node_id} is revoked")
-        if not reason.strip():
-            raise NodeError("changing a node's uplink limit needs a reason")
+        self._check_change("uplink limit", reason)
         checked = NodeLink.of(link.uplink_rate, link.uplink_burst)
         self._link_changed(checked.uplink_rate, checked.uplink_burst, at, actor, reason,
                            trace_id)
@@ -260,6 +254,12 @@ class Node(Aggregate):
     def _link_changed(self, uplink_rate: int, uplink_burst: int, at: dt.datetime, actor: str,
                       reason: str, trace_id: str) -> None:
         self.link = NodeLink(uplink_rate, uplink_burst)
+
+    def _check_change(self, what: str, reason: str) -> None:
+        if self.is_revoked:
+            raise NodeRevoked(f"node {self.node_id} is revoked")
+        if not reason.strip():
+            raise NodeError(f"changing a node's {what} needs a reason")
 
     def revoke(self, at: dt.datetime, actor: str, reason: str, trace_id: str = "") -> None:
         """Refuse the node's requests from now on; what it already sent stays."""
