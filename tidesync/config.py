@@ -132,6 +132,9 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
     node_bytes_per_day: int = 8 * 1024 * 1024 * 1024
     request_window_seconds: int = 300
     heartbeat_interval_seconds: int = 60
+    # Heartbeats' backlog and throughput samples (metric_sample) older than this are deleted
+    # as the node sends more; the backlog ETA reads the last 24 hours of them.
+    metric_retention_days: int = 14
     # Sync API tables: connection pool size and how long a request waits for PostgreSQL.
     database_pool_size: int = 8
     database_timeout_seconds: int = 5
@@ -148,11 +151,13 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
                      "node_requests_per_second", "node_request_burst",
                      "node_max_concurrent_requests", "max_in_flight_requests",
                      "node_bytes_per_minute", "node_bytes_per_day", "request_window_seconds",
-                     "heartbeat_interval_seconds",
+                     "heartbeat_interval_seconds", "metric_retention_days",
                      "database_pool_size", "database_timeout_seconds",
                      "apply_lease_seconds", "apply_max_events_per_job", "apply_chunk_size"):
             if getattr(self, name) < 1:
                 problems.append(f"shore.{name}: must be >= 1")
+        if self.metric_retention_days < 2:
+            problems.append("shore.metric_retention_days: must be >= 2 (the ETA reads a day)")
         if self.client_identity_header and not self.trusted_proxies:
             problems.append("shore.client_identity_header: needs shore.trusted_proxies")
         if self.master_key and not _is_aes256_key(self.master_key):

@@ -457,3 +457,44 @@ def test_the_heartbeat_keeps_the_zone_the_node_reads_its_schedules_in(
         assert north.heartbeat(message).status == 200
         assert query(database, "SELECT timezone FROM node_heartbeat WHERE node_id = %s",
                      node_id) == [(stored,)]
+
+
+def test_a_nodes_old_samples_are_deleted_as_it_sends_heartbeats(
+        database: PostgresDatabase, clock: FakeClock) -> None:
+    node_id, other = (f"{PREFIX}samples-{secrets.token_hex(3)}" for _ in range(2))
+    pool = open_pool(database.dsn, 2, 5)
+    pool.open()
+    ticks = [0.0]
+    heartbeats = PostgresHeartbeats(pool, dt.timedelta(days=14), monotonic=lambda: ticks[0])
+
+    def send(node: str, age: dt.timedelta, window: int = 60) -> None:
+        moment = clock() - age
+        message = beat(node, moment)
+        message.throughput.add(direction=pb.UPLINK, window_start_micros=micros(moment),
+                               window_seconds=window, payload_bytes_confirmed=1000,
+                               physical_bytes=1000, active_transfer_seconds=1.0)
+        heartbeats.record(node, message, moment)
+
+    def ages(node: str) -> list[int]:
+        rows = query(database, "SELECT sampled_at FROM metric_sample WHERE node_id = %s"
+                     " ORDER BY sampled_at", node)
+        return [(clock() - at).days for (at,) in rows]
+
+    try:
+        for days in (40, 20, 15):
+            send(node_id, dt.timedelta(days=days))
+            send(other, dt.timedelta(days=days))
+        assert ages(node_id) == [40, 20, 15]  # each was recent when it came; purged at most
+        # once per ten minutes: the heartbeat just now purges the ones past fourteen days
+        ticks[0] += 601
+        send(node_id, dt.timedelta(0))
+        assert ages(node_id) == [0]
+        assert ages(other) == [40, 20, 15]  # another node's samples go with its heartbeats
+        send(node_id, dt.timedelta(0), window=30)  # within ten minutes: no purge again
+        assert len(ages(node_id)) == 2
+    finally:
+        pool.close()
+        with database.connect() as conn:
+            conn.execute("DELETE FROM metric_sample WHERE node_id = ANY(%s)", ([node_id, other],))
+            conn.execute("DELETE FROM node_heartbeat WHERE node_id = ANY(%s)",
+                         ([node_id, other],))

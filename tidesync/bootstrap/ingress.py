@@ -104,5 +104,6 @@ def build_sync_tables(config: Config, sync_conninfo: str | None = None) -> SyncT
     pool = open_pool(sync_conninfo or postgres_conninfo(store), shore.database_pool_size,
                      shore.database_timeout_seconds)
     return SyncTables(PostgresSyncDatabase(pool), PostgresNonceStore(pool), PostgresInbox(pool),
-                      PostgresReceiptsView(pool), PostgresHeartbeats(pool),
+                      PostgresReceiptsView(pool),
+                      PostgresHeartbeats(pool, dt.timedelta(days=shore.metric_retention_days)),
                       PostgresDictionaries(pool), PostgresUploadAnswers(pool))

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -50,9 +52,25 @@ class BadHeartbeat(TidesyncError, ValueError):
     code = ErrorCode.INVALID_INPUT
 
 
+_PURGE_SAMPLES = (
+    "DELETE FROM metric_sample WHERE ctid IN (SELECT ctid FROM metric_sample"
+    " WHERE node_id = %(node)s AND sampled_at < %(cutoff)s AND received_at < %(cutoff)s"
+    " LIMIT %(limit)s)")
+PURGE_EVERY_SECONDS = 600.0
+PURGE_ROWS = 5000
+
+
 class PostgresHeartbeats:
-    def __init__(self, pool: ConnectionPool[Connection]) -> None:
-        self.pool = pool
+    """The latest heartbeat per node and its samples; a node's samples older than `retention`
+    (by the shore's receive time and the ship's sample time both) are deleted as it sends
+    heartbeats, at most `PURGE_ROWS` every `PURGE_EVERY_SECONDS`, so the table stops growing
+    and a first purge after a long time never holds a heartbeat up for long."""
+
+    def __init__(self, pool: ConnectionPool[Connection],
+                 retention: dt.timedelta = dt.timedelta(days=14),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.pool, self.retention, self.monotonic = pool, retention, monotonic
+        self._purged: dict[str, float] = {}
 
     def record(self, node_id: str, heartbeat: pb.Heartbeat, now: dt.datetime) -> None:
         """Store the heartbeat as the node's latest (unless a newer one is stored) with its
@@ -81,6 +99,18 @@ class PostgresHeartbeats:
         if samples:
             with conn.cursor() as cursor:
                 cursor.executemany(_INSERT_SAMPLE, samples)
+        self._purge(conn, node_id, now)
+
+    def _purge(self, conn: Connection, node_id: str, now: dt.datetime) -> None:
+        moment = self.monotonic()
+        last = self._purged.get(node_id)
+        if last is not None and moment - last < PURGE_EVERY_SECONDS:
+            return
+        if len(self._purged) >= 100_000:
+            self._purged.clear()
+        self._purged[node_id] = moment
+        conn.execute(_PURGE_SAMPLES, {"node": node_id, "cutoff": now - self.retention,
+                                      "limit": PURGE_ROWS})
 
 
 def zone_name(text: str) -> str | None:
