@@ -201,6 +201,9 @@ MUTATIONS = {
     "revokeNode": (
         'mutation { revokeNode(input: {nodeId: "no-such-node", reason: "r"}) { __typename } }',
         {"admin"}, "NodeError"),
+    "setNodeUplink": (
+        'mutation { setNodeUplink(input: {nodeId: "no-such-node", rateBytesPerSecond: 131072,'
+        ' reason: "r"}) { __typename } }', {"admin"}, "NodeError"),
     "replayJobs": (
         'mutation { replayJobs(input: {errorClass: MALFORMED, reason: "r"}) { __typename } }',
         {"operator", "admin"}, "JobError"),
@@ -977,3 +980,29 @@ def test_an_eta_counts_only_the_hours_the_backlogs_rules_may_send(world: Console
     assert dt.timedelta(days=1) < daily.p50 - daily.computed_at < dt.timedelta(days=2)
     # A rule without a schedule holding backlog: the link may carry it at any time.
     assert not fetch_eta(world.pool, node_id, lambda: {"noon": ""}).within_windows
+
+
+def test_an_admin_sets_a_nodes_uplink_limit_its_eta_shows(world: ConsoleWorld):
+    node_id = f"it-console-uplink-{uuid.uuid4().hex[:6]}"
+    data(world.query('mutation($id: String!) { registerNode(input: {nodeId: $id, reason: "new"})'
+                     " { __typename } }", {"id": node_id}))
+    set_uplink = """mutation($id: String!, $rate: Int!, $reason: String!) {
+      setNodeUplink(input: {nodeId: $id, rateBytesPerSecond: $rate, reason: $reason}) {
+        __typename ... on NodeUplinkSet { rateBytesPerSecond burstBytes position { token } }
+        ... on NodeError { code message } } }"""
+    done = data(world.query(set_uplink, {"id": node_id, "rate": 131072, "reason": "VSAT plan"}))[
+        "setNodeUplink"]
+    assert done["__typename"] == "NodeUplinkSet"
+    assert (done["rateBytesPerSecond"], done["burstBytes"]) == (131072, 16384)
+    refused = data(world.query(set_uplink, {"id": node_id, "rate": 100, "reason": "typo"}))[
+        "setNodeUplink"]
+    assert refused["code"] == "INVALID_UPLINK" and "1024" in refused["message"]
+    unexplained = data(world.query(set_uplink, {"id": node_id, "rate": 65536, "reason": " "}))[
+        "setNodeUplink"]
+    assert unexplained["code"] == "REASON_REQUIRED"
+    with world.views_in_background():
+        eta = data(world.query(
+            'query($id: String!) { node(nodeId: $id) { eta { uplinkLimitBytesPerSecond } } }',
+            {"id": node_id}, role="viewer",
+            headers={"X-Tidesync-Wait-For": done["position"]["token"]}))["node"]["eta"]
+    assert eta["uplinkLimitBytesPerSecond"] == 131072

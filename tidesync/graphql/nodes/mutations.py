@@ -1,5 +1,5 @@
-"""Node commands (§17.1): register, rotate and revoke, each with actor and reason. Register and
-rotate answer with the new signing secret, once."""
+"""Node commands (§17.1): register, rotate and revoke, and the node's uplink limit (§13.1), each
+with actor and reason. Register and rotate answer with the new signing secret, once."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from tidesync.apps.nodes import (
     NodeNotFound,
     NodesApplication,
 )
-from tidesync.domain.node import InvalidNodeId, NodeError, NodeRevoked
-from tidesync.graphql.common import WritePosition, mutation
+from tidesync.domain.node import InvalidNodeId, InvalidNodeLink, NodeError, NodeLink, NodeRevoked
+from tidesync.graphql.common import Long, WritePosition, mutation
 from tidesync.graphql.context import Info
 from tidesync.graphql.nodes.types import (
     NodeError as NodeErrorResult,
@@ -26,9 +26,11 @@ from tidesync.graphql.nodes.types import (
     NodeErrorCode,
     NodeRevokedSuccess,
     NodeSecretIssued,
+    NodeUplinkSet,
     RegisterNodeResult,
     RevokeNodeResult,
     RotateNodeResult,
+    SetNodeUplinkResult,
 )
 from tidesync.graphql.permissions import CanManageNodes, allow
 from tidesync.graphql.positions import Position
@@ -54,6 +56,16 @@ class RotateNodeInput:
 class RevokeNodeInput:
     node_id: str
     reason: str
+
+
+@strawberry.input
+class SetNodeUplinkInput:
+    node_id: str
+    rate_bytes_per_second: int = strawberry.field(
+        description="Compressed bytes per second on the wire; 0 lifts the limit.")
+    reason: str
+    burst_bytes: int = strawberry.field(
+        default=0, description="0: an eighth of a second of the rate, at least 16 KiB.")
 
 
 @strawberry.type
@@ -109,6 +121,34 @@ class NodeMutations:
             return _error_of(input.node_id, error)
         return NodeRevokedSuccess(node_id=input.node_id,
                                   position=WritePosition.of(Position("nodes", position)))
+
+
+    @mutation(extensions=allow(CanManageNodes),
+              description="Set the node's uplink limit; its ship takes it with its next config "
+                          "and paces at the lower of it and its own.")
+    async def set_node_uplink(self, info: Info, input: SetNodeUplinkInput) -> SetNodeUplinkResult:
+        context = info.context
+        if not input.reason.strip():
+            return _refused(input.node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
+        try:
+            wanted = NodeLink.of(input.rate_bytes_per_second, input.burst_bytes)
+        except InvalidNodeLink as error:
+            return _refused(input.node_id, NodeErrorCode.INVALID_UPLINK, str(error))
+        actor = Actor(context.actor, input.reason, context.trace_id)
+
+        def run() -> tuple[NodeLink, int]:
+            apps = context.console.apps()
+            link = context.console.node_service(sealing=False).change_link(
+                input.node_id, wanted, actor, context.console.clock())
+            return link, apps.nodes.recorder.max_notification_id() or 0
+
+        try:
+            link, position = await blocking(run)
+        except (NodeError, MasterKeyError) as error:
+            return _error_of(input.node_id, error)
+        return NodeUplinkSet(node_id=input.node_id, rate_bytes_per_second=Long(link.uplink_rate),
+                             burst_bytes=Long(link.uplink_burst),
+                             position=WritePosition.of(Position("nodes", position)))
 
 
 async def _issue(info: Info, node_id: str, reason: str,

@@ -75,6 +75,7 @@ class NodeErrorCode(enum.Enum):
     REASON_REQUIRED = "REASON_REQUIRED"
     INVALID_OVERLAP = "INVALID_OVERLAP"
     MASTER_KEY_UNAVAILABLE = "MASTER_KEY_UNAVAILABLE"
+    INVALID_UPLINK = "INVALID_UPLINK"
     REFUSED = "REFUSED"
 
 
@@ -105,11 +106,21 @@ class NodeRevokedSuccess:
     position: WritePosition
 
 
+@strawberry.type(description="The node's uplink limit is set; its ship takes it with its next "
+                             "config (within a heartbeat).")
+class NodeUplinkSet:
+    node_id: str
+    rate_bytes_per_second: Long
+    burst_bytes: Long
+    position: WritePosition
+
+
 RegisterNodeResult = Annotated[NodeSecretIssued | NodeError,
                                strawberry.union("RegisterNodeResult")]
 RotateNodeResult = Annotated[NodeSecretIssued | NodeError, strawberry.union("RotateNodeResult")]
 RevokeNodeResult = Annotated[NodeRevokedSuccess | NodeError,
                              strawberry.union("RevokeNodeResult")]
+SetNodeUplinkResult = Annotated[NodeUplinkSet | NodeError, strawberry.union("SetNodeUplinkResult")]
 
 
 def _uplink_limit(console: Console, node_id: str) -> int:
