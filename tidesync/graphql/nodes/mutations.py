@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import TypeVar
 
 import strawberry
 
@@ -15,6 +16,7 @@ from tidesync.apps.nodes import (
     NodeAlreadyRegistered,
     NodeNotFound,
     NodesApplication,
+    NodeService,
 )
 from tidesync.domain.node import InvalidNodeId, InvalidNodeLink, NodeError, NodeLink, NodeRevoked
 from tidesync.graphql.common import Long, WritePosition, mutation
@@ -37,6 +39,7 @@ from tidesync.graphql.positions import Position
 from tidesync.graphql.threads import blocking
 
 MAX_OVERLAP_HOURS = 24 * 90
+T = TypeVar("T")
 
 
 @strawberry.input
@@ -104,51 +107,52 @@ class NodeMutations:
                          description="Refuse the node's requests from now on; what it "
                                      "already sent stays.")
     async def revoke_node(self, info: Info, input: RevokeNodeInput) -> RevokeNodeResult:
-        context = info.context
-        if not input.reason.strip():
-            return _refused(input.node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
-        actor = Actor(context.actor, input.reason, context.trace_id)
-
-        def run() -> int:
-            apps = context.console.apps()
-            context.console.node_service(sealing=False).revoke(input.node_id, actor,
-                                                               context.console.clock())
-            return apps.nodes.recorder.max_notification_id() or 0
-
-        try:
-            position = await blocking(run)
-        except (NodeError, MasterKeyError) as error:
-            return _error_of(input.node_id, error)
-        return NodeRevokedSuccess(node_id=input.node_id,
-                                  position=WritePosition.of(Position("nodes", position)))
+        clock = info.context.console.clock
+        done = await _changed(info, input.node_id, input.reason, lambda service, actor:
+                              service.revoke(input.node_id, actor, clock()))
+        if isinstance(done, NodeErrorResult):
+            return done
+        return NodeRevokedSuccess(node_id=input.node_id, position=done[1])
 
 
     @mutation(extensions=allow(CanManageNodes),
               description="Set the node's uplink limit; its ship takes it with its next config "
                           "and paces at the lower of it and its own.")
     async def set_node_uplink(self, info: Info, input: SetNodeUplinkInput) -> SetNodeUplinkResult:
-        context = info.context
-        if not input.reason.strip():
-            return _refused(input.node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
         try:
             wanted = NodeLink.of(input.rate_bytes_per_second, input.burst_bytes)
         except InvalidNodeLink as error:
             return _refused(input.node_id, NodeErrorCode.INVALID_UPLINK, str(error))
-        actor = Actor(context.actor, input.reason, context.trace_id)
-
-        def run() -> tuple[NodeLink, int]:
-            apps = context.console.apps()
-            link = context.console.node_service(sealing=False).change_link(
-                input.node_id, wanted, actor, context.console.clock())
-            return link, apps.nodes.recorder.max_notification_id() or 0
-
-        try:
-            link, position = await blocking(run)
-        except (NodeError, MasterKeyError) as error:
-            return _error_of(input.node_id, error)
+        clock = info.context.console.clock
+        done = await _changed(info, input.node_id, input.reason, lambda service, actor:
+                              service.change_link(input.node_id, wanted, actor, clock()))
+        if isinstance(done, NodeErrorResult):
+            return done
+        link, position = done
         return NodeUplinkSet(node_id=input.node_id, rate_bytes_per_second=Long(link.uplink_rate),
-                             burst_bytes=Long(link.uplink_burst),
-                             position=WritePosition.of(Position("nodes", position)))
+                             burst_bytes=Long(link.uplink_burst), position=position)
+
+
+async def _changed(info: Info, node_id: str, reason: str,
+                   change: Callable[[NodeService, Actor], T]
+                   ) -> tuple[T, WritePosition] | NodeErrorResult:
+    """A node command that needs no secret: its result and the write's position, or why it
+    was refused."""
+    if not reason.strip():
+        return _refused(node_id, NodeErrorCode.REASON_REQUIRED, "a reason is required")
+    context = info.context
+    actor = Actor(context.actor, reason, context.trace_id)
+
+    def run() -> tuple[T, int]:
+        apps = context.console.apps()
+        result = change(context.console.node_service(sealing=False), actor)
+        return result, apps.nodes.recorder.max_notification_id() or 0
+
+    try:
+        result, position = await blocking(run)
+    except (NodeError, MasterKeyError) as error:
+        return _error_of(node_id, error)
+    return result, WritePosition.of(Position("nodes", position))
 
 
 async def _issue(info: Info, node_id: str, reason: str,
