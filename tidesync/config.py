@@ -151,7 +151,7 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
                      "node_requests_per_second", "node_request_burst",
                      "node_max_concurrent_requests", "max_in_flight_requests",
                      "node_bytes_per_minute", "node_bytes_per_day", "request_window_seconds",
-                     "heartbeat_interval_seconds", "metric_retention_days",
+                     "heartbeat_interval_seconds",
                      "database_pool_size", "database_timeout_seconds",
                      "apply_lease_seconds", "apply_max_events_per_job", "apply_chunk_size"):
             if getattr(self, name) < 1:

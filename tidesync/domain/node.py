@@ -68,6 +68,8 @@ class NodeRevoked(NodeError):
 class InvalidNodeLink(NodeError, ValueError):
     """An uplink limit a node cannot be given."""
 
+    code = ErrorCode.INVALID_INPUT
+
 
 class InvalidNodeProfile(NodeError, ValueError):
     code = ErrorCode.INVALID_INPUT

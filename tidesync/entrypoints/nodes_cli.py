@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterable
@@ -197,17 +198,16 @@ def _uplink(link: NodeLink) -> str:
 
 
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024 ** 2, "mib": 1024 ** 2}
+_SIZE = re.compile(r"([0-9]{1,12})(b|k|kib|m|mib)?", re.IGNORECASE)
 
 
 def byte_size(text: str) -> int:
     """A byte count: digits, optionally followed by KiB or MiB (K, M)."""
-    number = text.strip().rstrip("bBiI")
-    digits = number.rstrip("kKmM")
-    unit = text.strip()[len(digits):].lower()
-    if not digits.isdigit() or len(digits) > 12 or unit not in _UNITS:
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
         raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a byte count (e.g. 131072,"
                                          " 128KiB, 1MiB)")
-    return int(digits) * _UNITS[unit]
+    return int(match[1]) * _UNITS[(match[2] or "").lower()]
 
 
 def _names(names: Iterable[str]) -> str:

@@ -61,19 +61,17 @@ from tidesync.ship.transport import (
     RetrySchedule,
     ShoreLink,
     link_is_down,
+    shore_moment,
 )
 from tidesync.ship.uploader import UploadPipeline
 from tidesync.target.contract import TargetApplier
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.columns import moment_from_micros
 from tidesync.wire.protocol import WireError
 
 log = logging.getLogger(__name__)
 
 
 _QUEUE_RETRY_SECONDS = 1.0
-_YEAR_9000_MICROS = 221_845_392_000_000_000
-"""Server times at or past this are not times (the shore's answer is signed, but still)."""
 _ANSWER_POLL_SECONDS = 0.02
 """How long the queue is polled while uploads are in flight: their answers are applied soon."""
 _CLOCK_SKEW_NOTICE = dt.timedelta(minutes=1)
@@ -534,8 +532,10 @@ class ShipClient:
 
     def _heartbeat_answered(self, answer: pb.HeartbeatResponse) -> None:
         self.heartbeat_retry.succeeded()
-        if self.schedules is not None and 0 < answer.server_time_micros < _YEAR_9000_MICROS:
-            self.schedules.confirm(moment_from_micros(answer.server_time_micros))
+        shore_time = shore_moment(answer.server_time_micros)
+        if self.schedules is not None and shore_time is not None and \
+                answer.server_time_micros > 0:
+            self.schedules.confirm(shore_time)
         if (self.rules is not None and answer.HasField("config_version")
                 and answer.config_version != self.rules.config_version):
             self.config_wanted = True

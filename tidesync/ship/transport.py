@@ -517,14 +517,14 @@ def _refused(status: int, answer: bytes, retry_after: float | None) -> ShoreRefu
         reason, message = error.reason_code, error.message[:300] or message
         if error.HasField("retry_after_seconds") and retry_after is None:
             retry_after = float(error.retry_after_seconds)
-        server_time = _moment(error.server_time_micros)
+        server_time = shore_moment(error.server_time_micros)
     refused = ShoreRefused(reason, message, status=status, retry_after=retry_after,
                            server_time=server_time)
     refused.resume_from = error.resume_from if error is not None else 0
     return refused
 
 
-def _moment(micros: int) -> dt.datetime | None:
+def shore_moment(micros: int) -> dt.datetime | None:
     """A time the shore sent, or None when it sent none (or one no datetime can hold)."""
     if not micros:
         return None

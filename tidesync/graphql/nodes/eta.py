@@ -26,35 +26,26 @@ from tidesync.domain.rules.schedule import ScheduleError, TransferSchedule, week
 from tidesync.graphql.common import Long, long_or_none
 from tidesync.graphql.nodes.loaders import Pool
 
-_THROUGHPUT = (
-    "SELECT received_at, window_seconds, coalesce(payload_bytes_confirmed, 0),"
-    " coalesce(physical_bytes, 0), coalesce(active_transfer_seconds, 0) FROM metric_sample"
-    " WHERE node_id = %(node)s AND kind = 'THROUGHPUT' AND direction = 'UPLINK'"
-    " AND sampled_at >= %(now)s - %(history)s - %(skew)s"
-    " AND received_at >= %(now)s - %(history)s")
-# Each heartbeat's partition rows share their sampled_at: summed, they are the whole backlog.
-# The points of the observation window, and the latest one whenever it was.
-_BACKLOG = (
-    "SELECT max(received_at), sum(coalesce(estimated_compressed_bytes, backlog_bytes, 0))"
-    " FROM metric_sample WHERE node_id = %(node)s AND kind = 'BACKLOG' AND direction = 'UPLINK'"
-    " AND sampled_at >= %(now)s - %(observation)s - %(skew)s"
-    " AND received_at >= %(now)s - %(observation)s GROUP BY sampled_at")
-_LATEST_BACKLOG = (
-    "SELECT max(received_at), sum(coalesce(estimated_compressed_bytes, backlog_bytes, 0))"
-    " FROM metric_sample WHERE node_id = %(node)s AND kind = 'BACKLOG' AND direction = 'UPLINK'"
-    " GROUP BY sampled_at ORDER BY sampled_at DESC LIMIT 1")
-
-
 _SKEW = dt.timedelta(days=1)
 """How far a ship's clock (which `sampled_at` follows) may be off the shore's for its samples
 to be found by the index on (node_id, sampled_at); `received_at` then decides."""
-
-
-_RULES_HOLDING = (
-    "SELECT rule_id, sum(coalesce(estimated_compressed_bytes, backlog_bytes, 0))"
-    " FROM metric_sample WHERE node_id = %(node)s AND kind = 'BACKLOG' AND direction = 'UPLINK'"
-    " AND sampled_at = (SELECT max(sampled_at) FROM metric_sample WHERE node_id = %(node)s"
-    "   AND kind = 'BACKLOG' AND direction = 'UPLINK') GROUP BY rule_id")
+_OF_NODE = " FROM metric_sample WHERE node_id = %(node)s AND direction = 'UPLINK'"
+_TOTAL = "sum(coalesce(estimated_compressed_bytes, backlog_bytes, 0))"
+_THROUGHPUT = (
+    "SELECT received_at, window_seconds, coalesce(payload_bytes_confirmed, 0),"
+    " coalesce(physical_bytes, 0), coalesce(active_transfer_seconds, 0)" + _OF_NODE
+    + " AND kind = 'THROUGHPUT' AND sampled_at >= %(now)s - %(history)s - %(skew)s"
+    " AND received_at >= %(now)s - %(history)s")
+# Each heartbeat's partition rows share their sampled_at: summed, they are the whole backlog.
+_BACKLOG = (
+    "SELECT max(received_at), " + _TOTAL + _OF_NODE
+    + " AND kind = 'BACKLOG' AND sampled_at >= %(now)s - %(observation)s - %(skew)s"
+    " AND received_at >= %(now)s - %(observation)s GROUP BY sampled_at")
+# The latest report, whenever it was, per rule: its sum is the backlog now.
+_LATEST_BY_RULE = (
+    "SELECT rule_id, max(received_at), " + _TOTAL + _OF_NODE
+    + " AND kind = 'BACKLOG' AND sampled_at = (SELECT max(sampled_at)" + _OF_NODE
+    + " AND kind = 'BACKLOG') GROUP BY rule_id")
 _ZONE = "SELECT timezone FROM node_heartbeat WHERE node_id = %(node)s"
 
 Schedules = Callable[[], Mapping[str, str]]
@@ -74,10 +65,11 @@ def fetch_eta(pool: Pool, node_id: str, schedules: Schedules = dict) -> NodeEta:
                                     float(active))
                    for at, seconds, payload, physical, active
                    in conn.execute(_THROUGHPUT, params).fetchall()]
-        points = {at: int(total or 0) for query in (_BACKLOG, _LATEST_BACKLOG)
-                  for at, total in conn.execute(query, params).fetchall()}
-        holding = [rule_id for rule_id, total in conn.execute(_RULES_HOLDING, params).fetchall()
-                   if total]
+        points = {at: int(total or 0) for at, total in conn.execute(_BACKLOG, params)}
+        latest = conn.execute(_LATEST_BY_RULE, params).fetchall()
+        if latest:
+            points[max(at for _, at, _ in latest)] = sum(int(total or 0) for *_, total in latest)
+        holding = [rule_id for rule_id, _, total in latest if total]
         zone_row = conn.execute(_ZONE, params).fetchone()
     eta = estimate(now, [BacklogPoint(at, total) for at, total in points.items()], samples)
     week = _week(holding, schedules)
