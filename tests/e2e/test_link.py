@@ -2,7 +2,8 @@
 segment loss, scheduled outages and random connection resets. Uploads go side by side, answers
 are lost and asked after, batches are cut short and sent again — and at the end the shore
 tables equal the ship's, every event is terminal on the ship and the shore holds and applied
-each one exactly once."""
+each one exactly once; with bodies written at once, and paced at the link's rate (the bodies
+on their way taking turns)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ PROFILE = LinkProfile(
     resets_per_mib=3.0, seed=11)
 
 
+@pytest.mark.parametrize("uplink", [(0, 1), (256 * 1024, 16 * 1024)],
+                         ids=["bodies at once", "bodies paced at the link's rate, in turns"])
 def test_outages_and_resets_end_with_both_sides_equal_and_each_event_applied_once(
         pg_database: Any, shore_mariadb: Any, kafka_broker: Any, make_mariadb_database: Any,
-        tmp_path: Path) -> None:
+        tmp_path: Path, uplink: tuple[int, int]) -> None:
     database = make_mariadb_database(shore_mariadb)
     capture = ItemsCapture(database)
     kafka_broker.create_topic(capture.topic, partitions=2)
@@ -47,7 +50,8 @@ def test_outages_and_resets_end_with_both_sides_equal_and_each_event_applied_onc
         config = dataclasses.replace(
             ship_config(shore, kafka_broker, tmp_path / "ship.sqlite"), shore_url=link.url,
             probe_interval_seconds=1, probe_max_interval_seconds=2, request_timeout_seconds=10,
-            upload_request_ms=300)
+            upload_request_ms=300, uplink_rate_bytes_per_sec=uplink[0],
+            uplink_burst_bytes=uplink[1])
         client = build_client(config)
         try:
             assert client.run(until_idle=True, timeout=150) is ExitCode.IDLE

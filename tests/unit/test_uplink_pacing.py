@@ -3,8 +3,10 @@ limit of uploads side by side (a fake clock that the pacer's sleep moves on)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import time
 
 from tidesync.ship.pacing import PIECE_BYTES, UplinkPacer
 
@@ -71,26 +73,42 @@ def test_uploads_side_by_side_share_one_limit() -> None:
     assert pacer.waited >= (600_000 - 16 * 1024) / 100_000 - 1e-6
 
 
-def test_bodies_go_one_after_another_in_the_order_they_started() -> None:
+def test_bodies_on_their_way_take_turns_a_piece_each() -> None:
     clock = FakeTime()
     pacer = UplinkPacer(1_000_000, 16 * 1024, monotonic=clock.monotonic, sleep=clock.sleep)
-    order: list[str] = []
-    first = pacer.pieces(os.urandom(100_000))
-    order.append(f"first {len(next(first))}")  # the first body has begun
+    bodies = [os.urandom(200_000), os.urandom(100_000), os.urandom(60_000)]
+    turns: list[str] = []
+    take = pacer._take
 
-    def second() -> None:
-        for piece in pacer.pieces(os.urandom(50_000)):
-            order.append(f"second {len(piece)}")
+    def noted_take(size: int) -> None:  # a piece is taken only on its body's turn
+        while len(pacer._queue) < 3 and not turns:  # the three are on their way
+            time.sleep(0.001)
+        turns.append(threading.current_thread().name)
+        take(size)
 
-    thread = threading.Thread(target=second)
-    thread.start()
-    for piece in first:  # the second body waits meanwhile, however slowly this one goes
-        order.append(f"first {len(piece)}")
-    thread.join(30)
-    assert not thread.is_alive()
-    names = [entry.split()[0] for entry in order]
-    assert names == ["first"] * names.count("first") + ["second"] * names.count("second")
-    assert sum(int(entry.split()[1]) for entry in order if entry.startswith("first")) == 100_000
+    pacer._take = noted_take  # type: ignore[method-assign]
+    received: dict[str, bytes] = {}
+    started = threading.Barrier(3)
+
+    def upload(number: int) -> None:
+        started.wait()
+        received[str(number)] = b"".join(pacer.pieces(bodies[number]))
+
+    threads = [threading.Thread(target=upload, args=(n,), name=str(n)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert [received[str(n)] for n in range(3)] == bodies
+    # Once all three have begun, none takes two pieces in a row while the others have bytes
+    # left, so the shortest body (4 pieces) is done within 12 turns of that, not after the
+    # 20 pieces of the other two.
+    begun = max(turns.index(name) for name in "012")
+    last_of = {name: max(i for i, turn in enumerate(turns) if turn == name) for name in "012"}
+    assert begun < min(last_of.values())  # all three were on their way at once
+    shared = turns[begun:min(last_of.values()) + 1]
+    assert all(a != b for a, b in itertools.pairwise(shared))
+    assert last_of["2"] < 4 * 3 + begun
 
 
 def test_a_body_cut_short_gives_the_next_one_its_turn() -> None:
