@@ -18,7 +18,8 @@ What it models, per direction of the link:
   "refuse" resets open connections and resets new ones at once, "stall" holds every byte
   until the outage ends;
 * random resets: per connection, after an exponentially distributed number of seconds or of
-  MiB relayed; every draw comes from a generator seeded by `seed` and the connection's number.
+  MiB relayed (a reset after n bytes relays exactly n: what the sender wrote after them never
+  left it); every draw comes from a generator seeded by `seed` and the connection's number.
 
 What a userland proxy cannot model: real packet loss, reordering or duplication (the proxy's
 own TCP legs are lossless loopback connections); the real stack's congestion control, which
@@ -276,11 +277,14 @@ class _Connection:
             if not data:
                 await queue.put((channel.end(now), b""))
                 return
+            cut = self.relayed + len(data) >= self.reset_after_bytes
+            if cut:  # the reset falls within this read: the bytes after it never left
+                data = data[:max(0, math.ceil(self.reset_after_bytes - self.relayed))]
             self.proxy.stats_add(direction, len(data), delivered=False)
             if direction == "up":
                 self.up_pending += len(data)
             self.relayed += len(data)
-            if self.relayed >= self.reset_after_bytes:
+            if cut:
                 self.reset()
                 return
             for arrival, size in channel.schedule(len(data), now):

@@ -4,6 +4,7 @@ ways, outages refuse or hold, resets close connections, and the link comes back.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import socketserver
@@ -12,7 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tidesync.linksim import LinkProfile, LinkSimulator, OutageMode
+from tidesync.linksim import (
+    LinkProfile,
+    LinkSimulator,
+    OutageMode,
+    ResetPlan,
+    connection_rng,
+)
 
 TIMEOUT = 30.0
 
@@ -127,3 +134,16 @@ def test_random_resets_close_connections(echo_server: tuple[str, int]) -> None:
     assert stats.resets == 1
     # What the client sent either reached the other side or was on the link when it was cut.
     assert stats.up_cut > 0 and stats.up_bytes == stats.up_delivered + stats.up_cut
+
+
+def test_a_reset_after_n_bytes_relays_exactly_n(echo_server: tuple[str, int]) -> None:
+    profile = LinkProfile(resets_per_mib=100.0, seed=3)
+    plan = ResetPlan.draw(profile, connection_rng(profile.seed, 0, "resets"))
+    with LinkSimulator(echo_server, profile) as link, connect(link) as sock:
+        with contextlib.suppress(ConnectionError):
+            echo(sock, os.urandom(1024 * 1024))  # written in one go: reads of 64 KiB
+        stats = link.stats
+    assert stats.resets == 1
+    # Both directions count; what the client wrote after the reset's byte was not relayed.
+    assert stats.up_bytes + stats.down_bytes == math.ceil(plan.bytes)
+    assert stats.up_bytes == stats.up_delivered + stats.up_cut
