@@ -1,7 +1,8 @@
 """The shore's answers over events in every state (not yet sent, received, terminal with the
 shore's or the ship's own result, blocked): a receipts page's APPLIED ranges, applied with one
 statement per range, leave the state store exactly as APPLIED results by event id do; an
-upload's RECEIVED answers move only events not yet final."""
+upload's RECEIVED answers move only events not yet final, and written in place (a statement per
+chunk of ids) they do what reading and writing each event's row does."""
 
 from __future__ import annotations
 
@@ -138,3 +139,43 @@ def test_the_range_statement_knows_the_shores_results() -> None:
 
     listed = receipts._OTHER_VERDICTS_IN_RANGE.split("result IN (")[1].split(")")[0]
     assert {name.strip(" '") for name in listed.split(",")} == SHORE_RESULTS
+
+
+ANSWER = st.sampled_from([
+    (ReceiveOutcome.RECEIVED, "", None), (ReceiveOutcome.RECEIVED, "", "APPLIED"),
+    (ReceiveOutcome.RECEIVED, "CONSTRAINT_VIOLATION", "REJECTED"),
+    (ReceiveOutcome.RETRYABLE_FAILURE, "SHORE_BUSY", None),
+    (ReceiveOutcome.PERMANENT_REJECTED, "SCHEMA_MISMATCH", None),
+])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(PRIOR, min_size=EVENTS, max_size=EVENTS),
+       st.dictionaries(st.integers(0, EVENTS), ANSWER, max_size=EVENTS))
+def test_an_upload_answer_written_in_place_does_what_reading_and_writing_each_row_does(
+        priors: list[tuple[str, str | None, str | None]],
+        answered: dict[int, tuple[ReceiveOutcome, str, str | None]]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        at_once, ids = store_with(directory, "at-once", priors)
+        one_by_one, _ = store_with(directory, "one-by-one", priors)
+        for name in ("_terminal_in_place", "_received_in_place"):  # each row read, then written
+            setattr(one_by_one.receipts, name,
+                    lambda conn, answers, progress, now: (set(), answers))
+        ids = [*ids, uuid.uuid4()]  # the last one is no event of this ship
+        answers = [ReceiveAnswer(ids[i], outcome, reason, "", result)
+                   for i, (outcome, reason, result) in sorted(answered.items())]
+        try:
+            together = at_once.apply_answers(answers)
+            alone = [one_by_one.apply_answers([answer]) for answer in answers]
+            assert moved(together) == (
+                set().union(*(p.terminal for p in alone)),
+                set().union(*(p.received for p in alone)), set(),
+                sum(p.terminal_bytes for p in alone), sum(p.unknown for p in alone))
+            assert (together.retry, together.blocked) == (
+                set().union(*(p.retry for p in alone)), set().union(*(p.blocked for p in alone)))
+            without_times = [{offset: row[:4] for offset, row in rows(store).items()}
+                             for store in (at_once, one_by_one)]
+            assert without_times[0] == without_times[1]
+        finally:
+            at_once.close()
+            one_by_one.close()

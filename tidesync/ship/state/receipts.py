@@ -95,6 +95,11 @@ _TERMINAL_BY_ID = ("UPDATE event_state SET state = 'TERMINAL', result = ?, reaso
                    " updated_at = ? WHERE direction = ? AND state NOT IN ('TERMINAL',"
                    " 'EXPIRED_APPROVED') AND event_id IN")
 _TERMINAL_RETURNING = " RETURNING event_id, topic, kafka_partition, bytes"
+# The same write as _RECEIVED, for events not yet final, found by their ids.
+_RECEIVED_BY_ID = ("UPDATE event_state SET state = 'RECEIVED', updated_at = ? WHERE direction = ?"
+                   " AND state NOT IN ('RECEIVED', 'TERMINAL', 'EXPIRED_APPROVED')"
+                   " AND event_id IN")
+_RECEIVED_RETURNING = " RETURNING event_id, topic, kafka_partition"
 # Receipts naming events APPLIED by queue coordinates: one statement per range, along the
 # position index, instead of a look-up and a write per event.
 _APPLIED_IN_RANGE = (
@@ -177,6 +182,8 @@ class SQLiteReceipts:
         self.in_flight.difference_update(answer.event_id for answer in answers)
         with self.database.transaction() as conn:
             moved, answers = self._terminal_in_place(conn, answers, progress, now)
+            received, answers = self._received_in_place(conn, answers, progress, now)
+            moved |= received
             rows = self._rows_by_id(conn, [a.event_id for a in answers])
             for answer in answers:
                 row = rows.get(answer.event_id.bytes)
@@ -219,6 +226,34 @@ class SQLiteReceipts:
                 self._count_verdict(None, result)
             if len(rows) < len(ids):
                 progress.unknown += self._unknown(conn, set(ids) - {row[0] for row in rows})
+        return moved, rest
+
+    def _received_in_place(self, conn: sqlite3.Connection, answers: Sequence[ReceiveAnswer],
+                           progress: Progress, now: str
+                           ) -> tuple[set[PartitionKey], Sequence[ReceiveAnswer]]:
+        """Make the plain RECEIVED answers (an upload's usual answer, named by offset ranges)
+        RECEIVED with one UPDATE per chunk of ids, as `_terminal_in_place` does for terminal
+        ones; returns the partitions moved and the other answers."""
+        plain = [answer for answer in answers
+                 if answer.outcome is ReceiveOutcome.RECEIVED and not answer.result]
+        if not plain or len({answer.event_id for answer in answers}) != len(answers):
+            return set(), answers
+        event_ids = {answer.event_id.bytes: answer.event_id for answer in plain}
+        rows = look_up(conn, _RECEIVED_BY_ID, event_ids, (now, self.database.direction.value),
+                       _RECEIVED_RETURNING)
+        moved: set[PartitionKey] = set()
+        for event_id, topic, partition in rows:
+            moved.add(PartitionKey(topic, partition))
+            progress.received.add(event_ids[event_id])
+        if len(rows) < len(event_ids):  # received or final already, or not ours
+            found = look_up(conn, "SELECT event_id, state FROM event_state WHERE direction = ?"
+                            " AND event_id IN", set(event_ids) - {row[0] for row in rows},
+                            (self.database.direction.value,))
+            progress.received.update(event_ids[event_id] for event_id, state in found
+                                     if state == EventState.RECEIVED)
+            progress.unknown += len(event_ids) - len(rows) - len(found)
+        rest = [answer for answer in answers
+                if answer.outcome is not ReceiveOutcome.RECEIVED or answer.result]
         return moved, rest
 
     def _unknown(self, conn: sqlite3.Connection, event_ids: set[bytes]) -> int:
