@@ -53,6 +53,18 @@ def test_the_pieces_are_the_body() -> None:
     assert pacer.piece_bytes == 3_000  # never more than the burst at once
 
 
+def test_a_limit_changed_while_a_body_is_written_leaves_the_body_whole() -> None:
+    clock = FakeTime()
+    pacer = UplinkPacer(64 * 1024, 16 * 1024, monotonic=clock.monotonic, sleep=clock.sleep)
+    body = os.urandom(100_000)
+    pieces = pacer.pieces(body)
+    written = [next(pieces)]
+    pacer.follow_shore(32 * 1024, 4 * 1024)  # the shore's lower limit, a smaller burst
+    written += list(pieces)
+    assert b"".join(written) == body
+    assert pacer.piece_bytes == 4 * 1024 and pacer.rate == 32 * 1024
+
+
 def test_uploads_side_by_side_share_one_limit() -> None:
     clock = FakeTime()
     pacer = UplinkPacer(100_000, 16 * 1024, monotonic=clock.monotonic, sleep=clock.sleep)

@@ -93,11 +93,11 @@ class UplinkPacer:
             ticket = next(self._tickets)
             self._queue.append(ticket)
         try:
-            view = memoryview(body)
-            for start in range(0, len(body), self.piece_bytes):
+            view, size = memoryview(body), self.piece_bytes  # a new limit's size: next body
+            for start in range(0, len(body), size):
                 with self._turns:
                     self._turns.wait_for(lambda: self._queue[0] == ticket)
-                piece = view[start:start + self.piece_bytes]
+                piece = view[start:start + size]
                 self._take(len(piece))
                 with self._turns:
                     self._queue.rotate(-1)  # the next body's turn
