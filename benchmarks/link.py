@@ -5,9 +5,10 @@ The link (tidesync.linksim): 128 KiB/s each way, 300 ms each way, 5% of 1400-byt
 arriving a second late, a 10 s outage (connections reset) every 60 s, random resets (one per
 4 MiB relayed on average). The ship client (real queue, state and HTTP link) uploads a backlog
 of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore
-(`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go twice, the
-second time with the ship's uplink limit set to the link's rate (`[ship]
-uplink_rate_bytes_per_sec`: bodies written as fast as the link takes them, taking turns).
+(`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go twice: with the
+default settings (no uplink limit: bodies paced at the rate the uploads measure, once measured)
+and with the ship's uplink limit set to the link's rate (`[ship] uplink_rate_bytes_per_sec`:
+bodies written as fast as the link takes them, taking turns).
 Per workload: goodput of accepted upload payload (compressed batch bytes answered RECEIVED, or
 recalled by batch id after a lost answer) while the backlog lasts, bytes sent up and
 acknowledgement bytes down per payload byte, and how long after each outage ended the first

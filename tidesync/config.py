@@ -206,6 +206,9 @@ class ShipConfig(ShipTlsSettings, ShipRulesSettings, ShipLinkSettings, ShipQueue
     # bodies are written (tidesync/ship/pacing.py); 0 = no limit.
     uplink_rate_bytes_per_sec: int = 0
     uplink_burst_bytes: int = 1024 * 1024
+    # Without a limit (this one or the shore's), pace bodies at the rate the uploads measure
+    # (tidesync/ship/measured_rate.py) instead of writing them at once.
+    uplink_measured_pace: bool = True
     # Bounded memory: events held for sending per partition and in all, and records read
     # but not yet terminal per partition (the consumer pauses a partition beyond it).
     send_window_events: int = 10_000

@@ -174,3 +174,16 @@ def test_a_bad_number_setting_is_named(tmp_path, text, problem):
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
     assert problem in "\n".join(caught.value.problems)
+
+
+def test_the_measured_uplink_pace_is_on_by_default_and_can_be_turned_off(tmp_path):
+    from tidesync.bootstrap.ship import uplink_pacer
+
+    assert uplink_pacer(load_config(None, env={}).ship).measured is not None
+    path = tmp_path / "tidesync.toml"
+    path.write_text("[ship]\nuplink_measured_pace = false\n")
+    assert uplink_pacer(load_config(path, env={}).ship).measured is None
+    env = {"TIDESYNC_SHIP__UPLINK_MEASURED_PACE": "false"}
+    assert uplink_pacer(load_config(None, env=env).ship).measured is None
+    with pytest.raises(ConfigError, match="uplink_measured_pace"):
+        load_config(None, env={"TIDESYNC_SHIP__UPLINK_MEASURED_PACE": "sometimes"})

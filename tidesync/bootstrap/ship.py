@@ -25,6 +25,7 @@ from tidesync.ship.client_settings import ClientSettings
 from tidesync.ship.consumer import QueueConsumer
 from tidesync.ship.dictionaries import BatchDictionaries, DictionaryLink
 from tidesync.ship.downlink import DownlinkSettings
+from tidesync.ship.measured_rate import MeasuredRate
 from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.remote_apply import DownlinkOnlyTables, ShipTargets
 from tidesync.ship.replay import ReplaySettings, ShipReplays
@@ -67,9 +68,11 @@ def client_settings(ship: ShipConfig, compressor: BodyCompressor | None = None
 
 def uplink_pacer(ship: ShipConfig) -> UplinkPacer:
     """The pacer that writes upload bodies at `uplink_rate_bytes_per_sec`, or at the lower
-    limit the shore sets for the node (without either, bodies go at once)."""
+    limit the shore sets for the node; without either, at the rate the uploads measure
+    (`uplink_measured_pace`, else at once)."""
     return UplinkPacer(float(max(0, ship.uplink_rate_bytes_per_sec)),
-                       float(ship.uplink_burst_bytes))
+                       float(ship.uplink_burst_bytes),
+                       measured=MeasuredRate() if ship.uplink_measured_pace else None)
 
 
 def normalizer_for(ship: ShipConfig) -> DebeziumNormalizer:

@@ -20,7 +20,10 @@ its answer earlier, but the answers of the others waited behind it.)
 
 The shore may set the node's limit too (`tidesync nodes uplink`, §13.1; it comes with the
 node's config): the lower of the two holds, and a change keeps the tokens already earned (up to
-the new burst), so it never opens a fresh burst. Without either limit bodies go at once.
+the new burst), so it never opens a fresh burst. Without either limit, bodies are paced at the
+rate the uploads measure (`tidesync.ship.measured_rate`, `[ship] uplink_measured_pace`) once
+they have measured it, with a burst of an eighth of a second; until then, or with that off,
+bodies go at once.
 """
 
 from __future__ import annotations
@@ -32,24 +35,29 @@ from collections import deque
 from collections.abc import Callable, Generator
 
 from tidesync.domain.token_bucket import TokenBucket
+from tidesync.ship.measured_rate import MeasuredRate, Snapshot
 
 PIECE_BYTES = 16 * 1024
 """The most written at once (less when the burst is smaller)."""
 _MIN_PIECE_BYTES = 1024
+_MEASURED_BURST_SECONDS = 0.125
 
 
 class UplinkPacer:
     """A token bucket of `rate` bytes per second and `burst` bytes that bodies are written
     through; `pieces(body)` yields the body in pieces, each once the bucket allows it. A rate
-    of 0 limits nothing until the shore sets one (`follow_shore`)."""
+    of 0 limits nothing until the shore sets one (`follow_shore`) or `measured` has measured
+    the link (uploads report to it through `upload_started` and `upload_ended`)."""
 
-    def __init__(self, rate: float, burst: float, *,
+    def __init__(self, rate: float, burst: float, *, measured: MeasuredRate | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.monotonic, self.sleep = monotonic, sleep
         self.own = (rate, burst) if rate > 0 else None
         """The ship's own `[ship]` limit (None: none)."""
         self.shore: tuple[float, float] | None = None
+        self.measured = measured
+        """The link's rate as the uploads measure it, paced at without a limit (None: off)."""
         self._bucket = TokenBucket.full(rate, burst, monotonic()) if rate > 0 else None
         self._turns = threading.Condition()
         self._queue: deque[int] = deque()
@@ -60,7 +68,8 @@ class UplinkPacer:
 
     @property
     def limited(self) -> bool:
-        """Whether bodies are paced at all (no limit of the ship's own or the shore's: no)."""
+        """Whether bodies are paced at all (no limit of the ship's own or the shore's and no
+        measured rate: no)."""
         return self._bucket is not None
 
     @property
@@ -73,17 +82,43 @@ class UplinkPacer:
         """The node's limit as the shore sets it (rate 0: none): the lower of it and the ship's
         own holds from now on, keeping the tokens earned."""
         self.shore = (rate, burst) if rate > 0 else None
-        limits = [limit for limit in (self.own, self.shore) if limit is not None]
         with self._turns:
-            if not limits:
-                self._bucket = None
-                return
+            self._follow(self.monotonic())
+
+    def upload_started(self) -> Snapshot | None:
+        """An upload starts (None: the rate is not measured)."""
+        if self.measured is None:
+            return None
+        with self._turns:
+            return self.measured.started(self.monotonic())
+
+    def upload_ended(self, snapshot: Snapshot | None, size: int | None) -> None:
+        """The upload `upload_started` gave `snapshot` was answered (`size`: its body's bytes)
+        or failed (None); without a limit, the pace follows the new measure."""
+        if self.measured is None or snapshot is None:
+            return
+        with self._turns:
+            now = self.monotonic()
+            self.measured.ended(snapshot, size, now)
+            self._follow(now)
+
+    def _follow(self, now: float) -> None:
+        """The bucket of the lower limit, else of the measured rate, else none (under
+        `_turns`); a change keeps the tokens earned."""
+        limits = [limit for limit in (self.own, self.shore) if limit is not None]
+        measured = self.measured.rate(now) if self.measured is not None else None
+        if limits:
             rate, burst = min(limits)
             burst = max(1.0, burst)
-            now = self.monotonic()
-            self._bucket = (TokenBucket.full(rate, burst, now) if self._bucket is None
-                            else self._bucket.reconfigured(rate, burst, now))
-            self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
+        elif measured is not None:
+            rate = measured
+            burst = max(float(_MIN_PIECE_BYTES), measured * _MEASURED_BURST_SECONDS)
+        else:
+            self._bucket = None
+            return
+        self._bucket = (TokenBucket.full(rate, burst, now) if self._bucket is None
+                        else self._bucket.reconfigured(rate, burst, now))
+        self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
 
     def pieces(self, body: bytes) -> Generator[bytes]:
         """`body` in pieces, each yielded once it is this body's turn (the bodies on their way

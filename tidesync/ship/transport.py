@@ -226,7 +226,15 @@ class HttpShoreLink:
             whole = hashlib.sha256(batch.body).hexdigest()
             body, target = batch.body[batch.resume_from:], \
                 f"{target}&resume={batch.resume_from}.{whole}"
-        raw = self._request("POST", target, body, resend_unanswered=False, paced=True)
+        pacer = self.pacer
+        snapshot = None if pacer is None else pacer.upload_started()
+        answered: int | None = None
+        try:
+            raw = self._request("POST", target, body, resend_unanswered=False, paced=True)
+            answered = len(body)
+        finally:
+            if pacer is not None:
+                pacer.upload_ended(snapshot, answered)
         return _parse(raw, pb.UploadBatchResponse)
 
     def batch_fate(self, batch_id: uuid.UUID, body: bytes | None = None
