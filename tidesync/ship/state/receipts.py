@@ -234,8 +234,11 @@ class SQLiteReceipts:
         """Make the plain RECEIVED answers (an upload's usual answer, named by offset ranges)
         RECEIVED with one UPDATE per chunk of ids, as `_terminal_in_place` does for terminal
         ones; returns the partitions moved and the other answers."""
-        plain = [answer for answer in answers
-                 if answer.outcome is ReceiveOutcome.RECEIVED and not answer.result]
+        plain: list[ReceiveAnswer] = []
+        rest: list[ReceiveAnswer] = []
+        for answer in answers:
+            is_plain = answer.outcome is ReceiveOutcome.RECEIVED and not answer.result
+            (plain if is_plain else rest).append(answer)
         if not plain or len({answer.event_id for answer in answers}) != len(answers):
             return set(), answers
         event_ids = {answer.event_id.bytes: answer.event_id for answer in plain}
@@ -252,8 +255,6 @@ class SQLiteReceipts:
             progress.received.update(event_ids[event_id] for event_id, state in found
                                      if state == EventState.RECEIVED)
             progress.unknown += len(event_ids) - len(rows) - len(found)
-        rest = [answer for answer in answers
-                if answer.outcome is not ReceiveOutcome.RECEIVED or answer.result]
         return moved, rest
 
     def _unknown(self, conn: sqlite3.Connection, event_ids: set[bytes]) -> int:
