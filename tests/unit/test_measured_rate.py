@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_uplink_pacing import FakeTime
-from tidesync.ship.measured_rate import GAINS, MeasuredRate
+from tidesync.ship.measured_rate import GAINS, INITIAL_BYTES, STARTUP_GAIN, MeasuredRate
 from tidesync.ship.pacing import UplinkPacer
 
 RATE = 100_000.0  # bytes per second the simulated link delivers
@@ -31,13 +31,16 @@ def saturate(measured: MeasuredRate, answers: int, *, start: float = 0.0,
     return now - spacing
 
 
-def test_no_pace_until_three_answers_then_the_rate_the_link_delivered() -> None:
+def test_a_cautious_start_then_the_rate_the_link_delivered() -> None:
     measured = MeasuredRate()
-    assert measured.rate(0.0) is None
+    assert measured.rate(0.0) == INITIAL_BYTES  # nothing known: a round trip of a second
+    measured.round_trip(1.6)
+    measured.round_trip(0.8)  # the shortest answer to a small request
+    assert measured.rate(0.0) == pytest.approx(INITIAL_BYTES / 0.8)
     saturate(measured, 2)
-    assert measured.rate(3.0) is None  # bodies still go at once
-    last = saturate(MeasuredRate(), 1)  # one answer alone: too few either way
-    assert last > 0
+    best = measured._best(3.0)
+    assert best is not None
+    assert measured.rate(3.0) == pytest.approx(max(INITIAL_BYTES / 0.8, STARTUP_GAIN * best))
     measured = MeasuredRate()
     last = saturate(measured, 10)
     best = measured.rate(last) / GAINS[10 % len(GAINS)]
@@ -80,18 +83,20 @@ def test_a_body_that_took_longer_lowers_the_pace_once_the_faster_samples_age_out
     assert measured.rate(last) / GAINS[measured._turn] == pytest.approx(RATE / 2, rel=0.1)
 
 
-def test_after_a_quiet_spell_longer_than_the_window_bodies_go_at_once_again() -> None:
+def test_after_a_quiet_spell_longer_than_the_window_the_link_is_measured_afresh() -> None:
     measured = MeasuredRate(window_seconds=20.0)
+    measured.round_trip(0.6)
     last = saturate(measured, 30)
-    assert measured.rate(last + 10.0) is not None  # an outage of 10 s: paced as before
-    assert measured.rate(last + 21.0) is None
+    # An outage of 10 s: paced as before.
+    assert measured.rate(last + 10.0) == pytest.approx(RATE * GAINS[measured._turn], rel=0.1)
+    assert measured.rate(last + 21.0) == pytest.approx(INITIAL_BYTES / 0.6)
 
 
 def test_a_failed_upload_is_no_sample_and_not_delivered() -> None:
     measured = MeasuredRate()
     snapshot = measured.started(0.0)
     measured.ended(snapshot, None, 5.0)
-    assert (measured.delivered, measured.in_flight, measured.rate(5.0)) == (0, 0, None)
+    assert (measured.delivered, measured.in_flight, measured._best(5.0)) == (0, 0, None)
 
 
 def test_an_upload_after_an_idle_link_is_measured_from_its_own_start() -> None:
@@ -107,7 +112,9 @@ def test_the_pacer_follows_the_measure_without_a_limit_and_a_limit_when_set() ->
     clock = FakeTime()
     pacer = UplinkPacer(0, 1, measured=MeasuredRate(), monotonic=clock.monotonic,
                         sleep=clock.sleep)
-    assert not pacer.limited  # nothing measured: bodies go at once
+    assert pacer.rate == INITIAL_BYTES  # nothing measured: a cautious start
+    pacer.round_trip(0.5)
+    assert pacer.rate == 2 * INITIAL_BYTES
     flights = [pacer.upload_started() for _ in range(3)]
     clock.now += 1.5
     for _ in range(8):

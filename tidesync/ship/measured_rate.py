@@ -13,9 +13,14 @@ the best sample of the last `window_seconds` (a max filter: outages, retransmiss
 idle turns only ever lower a sample) times a gain that goes round 1.25 (ask the link for more),
 0.75 (drain what that queued) and 1 for six answers. An upload whose body holds less than half
 a second at the pace says how much the ship had to send, not what the link takes: it counts
-only when it raises the best sample. With fewer than `min_samples` in the window (at the start,
-after a quiet spell or an outage of more than the window) bodies go at once, as without a
-limit, and the first answers measure the link afresh.
+only when it raises the best sample.
+
+With fewer than `min_samples` in the window (at the start, after a quiet spell or an outage of
+more than the window) the link is measured afresh, the way TCP starts: bodies go at twice the
+best sample so far, and before any at `INITIAL_BYTES` per round trip (the shortest answer to a
+small request; a second before any). Written at once instead, a start would put its first
+requests' bodies, several round trips of the link, in the modem's queue, where a reset or an
+outage in the first seconds cuts all of it.
 
 Pure: the caller passes the monotonic time.
 """
@@ -26,6 +31,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 GAINS = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+STARTUP_GAIN = 2.0
+INITIAL_BYTES = 64 * 1024
+"""Bytes per round trip before anything is measured."""
+SMALL_REQUEST_BYTES = 2048
+"""A request body at most this large measures the round trip (its own transfer is negligible)."""
 _MIN_INTERVAL_SECONDS = 0.5
 """A sample over less time than this is mostly answers bunched by a stall: none is taken."""
 _APP_LIMITED_SECONDS = 0.5
@@ -49,6 +59,7 @@ class MeasuredRate:
     """Body bytes of every upload answered so far."""
     in_flight: int = 0
     _answered_at: float | None = None
+    _round_trip: float | None = None
     _turn: int = 0
     _samples: deque[tuple[float, float]] = field(default_factory=deque)
 
@@ -57,6 +68,11 @@ class MeasuredRate:
         since = now if self.in_flight == 0 or self._answered_at is None else self._answered_at
         self.in_flight += 1
         return Snapshot(self.delivered, since)
+
+    def round_trip(self, seconds: float) -> None:
+        """A small request was answered `seconds` after it started."""
+        if self._round_trip is None or seconds < self._round_trip:
+            self._round_trip = seconds
 
     def ended(self, snapshot: Snapshot, size: int | None, now: float) -> None:
         """The upload that started at `snapshot` was answered (`size`: its body's bytes) or
@@ -74,12 +90,13 @@ class MeasuredRate:
         self._answered_at = now
         self._turn = (self._turn + 1) % len(GAINS)
 
-    def rate(self, now: float) -> float | None:
-        """Bytes per second to pace bodies at, or None: not measured (write them at once)."""
+    def rate(self, now: float) -> float:
+        """Bytes per second to pace bodies at."""
         best = self._best(now)
-        if best is None or len(self._samples) < self.min_samples:
-            return None
-        return best * GAINS[self._turn]
+        if best is not None and len(self._samples) >= self.min_samples:
+            return best * GAINS[self._turn]
+        start = INITIAL_BYTES / (self._round_trip or 1.0)
+        return start if best is None else max(start, STARTUP_GAIN * best)
 
     def _best(self, now: float) -> float | None:
         while self._samples and self._samples[0][0] < now - self.window_seconds:

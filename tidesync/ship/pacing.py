@@ -65,6 +65,8 @@ class UplinkPacer:
         self.piece_bytes = int(max(_MIN_PIECE_BYTES, min(PIECE_BYTES, burst)))
         self.waited = 0.0
         """Seconds writers waited for the bucket, in all (for the run's telemetry and tests)."""
+        if measured is not None:
+            self._follow(monotonic())  # paced from the first body
 
     @property
     def limited(self) -> bool:
@@ -101,6 +103,15 @@ class UplinkPacer:
             now = self.monotonic()
             self.measured.ended(snapshot, size, now)
             self._follow(now)
+
+    def round_trip(self, seconds: float) -> None:
+        """A small request (at most `SMALL_REQUEST_BYTES` of body) was answered `seconds`
+        after it started: before the link is measured, bodies go one `INITIAL_BYTES` per
+        round trip."""
+        if self.measured is not None:
+            with self._turns:
+                self.measured.round_trip(seconds)
+                self._follow(self.monotonic())
 
     def _follow(self, now: float) -> None:
         """The bucket of the lower limit, else of the measured rate, else none (under

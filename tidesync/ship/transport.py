@@ -29,6 +29,7 @@ from typing import Protocol
 from tidesync.domain.clock import Clock
 from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.measured_rate import SMALL_REQUEST_BYTES
 from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.retries import LinkRecovery as LinkRecovery
 from tidesync.ship.retries import RetrySchedule as RetrySchedule
@@ -433,7 +434,10 @@ class HttpShoreLink:
         self._check_answer(headers, method, target, status, answer, answer_signature)
         if status != 200:
             raise _refused(status, answer, retry_after)
-        self._count(seconds=self.monotonic() - started)
+        seconds = self.monotonic() - started
+        self._count(seconds=seconds)
+        if self.pacer is not None and len(body) <= SMALL_REQUEST_BYTES:
+            self.pacer.round_trip(seconds)  # the first pace of a measured link
         return _decompressed(answer)
 
     def _check_answer(self, request: dict[str, str], method: str, target: str, status: int,
