@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from tidesync.cdc.debezium import KafkaRecord
 from tidesync.domain.errors import Unavailable
+from tidesync.domain.slots import slot_builder
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -201,11 +202,13 @@ class KafkaQueue:
         self.consumer.close()
 
 
+_BUILD_RECORD = slot_builder(KafkaRecord, [field.name for field in fields(KafkaRecord)])
+
+
 def record_of(message: Any) -> KafkaRecord:
+    """The record of a message (built slot by slot: this runs for every record read)."""
     kind, timestamp = message.timestamp()
-    return KafkaRecord(
-        topic=message.topic(), partition=message.partition(), offset=message.offset(),
-        key=message.key(), value=message.value(),
-        headers=tuple(message.headers() or ()),
-        timestamp_ms=timestamp if kind != 0 and timestamp >= 0 else None,
-    )
+    headers = message.headers()
+    return _BUILD_RECORD(message.topic(), message.partition(), message.offset(), message.key(),
+                         message.value(), tuple(headers) if headers else (),
+                         timestamp if kind != 0 and timestamp >= 0 else None)

@@ -9,12 +9,12 @@ import datetime as dt
 import enum
 import functools
 import hashlib
-import operator
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from tidesync.domain.slots import slot_builder, slot_copier
 from tidesync.domain.values import (
     Row,
     Value,
@@ -264,11 +264,7 @@ class ChangeEvent:
         checking again what the constructor checked (the state store does this per event)."""
         if source_sequence == self.source_sequence:
             return self
-        copy = object.__new__(ChangeEvent)
-        for setter, value in zip(_EVENT_SETTERS, _EVENT_VALUES(self), strict=True):
-            setter(copy, value)
-        _SET_SOURCE_SEQUENCE(copy, source_sequence)
-        return copy
+        return _WITH_SOURCE_SEQUENCE(self, source_sequence)
 
     @property
     def database(self) -> str:
@@ -317,18 +313,7 @@ class ChangeEvent:
 
 
 _EVENT_FIELDS = tuple(ChangeEvent.__dataclass_fields__)
-_SlotSetter = Callable[[ChangeEvent, object], None]
-
-
-def _slot_setters(names: Iterable[str]) -> tuple[_SlotSetter, ...]:
-    """The setters of these slots' own descriptors: reading all fields in one call and setting
-    each slot directly costs a fraction of getattr and object.__setattr__ per field."""
-    return tuple(getattr(ChangeEvent, name).__set__ for name in names)
-
-
-_EVENT_SETTERS = _slot_setters(_EVENT_FIELDS)
-_EVENT_VALUES = operator.attrgetter(*_EVENT_FIELDS)
-_SET_SOURCE_SEQUENCE = _slot_setters(["source_sequence"])[0]
+_WITH_SOURCE_SEQUENCE = slot_copier(ChangeEvent, _EVENT_FIELDS, "source_sequence")
 _CAPTURED_FIELDS = (
     "event_id", "origin_node_id", "source_connector_id", "source_topic", "source_partition",
     "source_position", "record", "operation", "captured_at", "before", "after", "base_revision",
@@ -336,7 +321,8 @@ _CAPTURED_FIELDS = (
 _UNSET_FIELDS = (("source_sequence", None), ("rule_id", None), ("rule_version", None),
                  ("business_occurred_at", None), ("trace_id", ""),
                  ("schema_version", SCHEMA_VERSION))
-_CAPTURED_SETTERS = _slot_setters([*_CAPTURED_FIELDS, *(name for name, _ in _UNSET_FIELDS)])
+_BUILD_CAPTURED = slot_builder(ChangeEvent, [*_CAPTURED_FIELDS,
+                                             *(name for name, _ in _UNSET_FIELDS)])
 _UNSET_VALUES = tuple(value for _, value in _UNSET_FIELDS)
 
 
@@ -352,14 +338,11 @@ def captured_event(
     the constructor's checks: the caller has made sure of what they check — the images its
     operation needs, a UTC `captured_at`, and frozen rows (MappingProxyType) nobody else holds.
     Equal to `ChangeEvent(...)` of the same arguments; it runs for every record consumed."""
-    event = object.__new__(ChangeEvent)
-    for setter, value in zip(_CAPTURED_SETTERS, (
-            event_id, origin_node_id, source_connector_id, source_topic, source_partition,
-            source_position, record, operation, captured_at, before, after, base_revision,
-            result_revision, transaction_id, transaction_order, replay_epoch, source_details,
-            *_UNSET_VALUES), strict=True):
-        setter(event, value)
-    return event
+    return _BUILD_CAPTURED(
+        event_id, origin_node_id, source_connector_id, source_topic, source_partition,
+        source_position, record, operation, captured_at, before, after, base_revision,
+        result_revision, transaction_id, transaction_order, replay_epoch, source_details,
+        *_UNSET_VALUES)
 
 
 def _same(a: Value, b: Value) -> bool:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
-from typing import Any
+
+from tidesync.domain.slots import slot_builder
 
 RECORD_ID_NAMESPACE = uuid.UUID("2f6c1a8e-7d4b-5e93-b1c0-4a8e6d2f9b17")
 DUPLICATE_RESULT = "DUPLICATE"
@@ -190,37 +191,23 @@ def _decide(record: ReadRecord, sequence: int, blocked: set[bytes], known: dict[
     return _new_event(record.offset, sequence, capture)
 
 
-def _slot_setters(cls: type[Any]) -> tuple[Callable[[Any, object], None], ...]:
-    """The setters of a slotted dataclass's slots in field order: setting each slot directly
-    costs a fraction of a frozen dataclass's object.__setattr__ per field."""
-    return tuple(vars(cls)[each.name].__set__ for each in fields(cls))
-
-
-_SET_DECISION = _slot_setters(IntakeDecision)
-_SET_READ_RECORD = _slot_setters(ReadRecord)
+_BUILD_DECISION = slot_builder(IntakeDecision, [each.name for each in fields(IntakeDecision)])
+_BUILD_READ_RECORD = slot_builder(ReadRecord, [each.name for each in fields(ReadRecord)])
 
 
 def _new_event(offset: int, sequence: int, capture: bytes | None) -> IntakeDecision:
     """IntakeDecision(offset, Tally.NEW_EVENT, EventState.READY, source_sequence=sequence,
     capture_id=capture), built slot by slot: this runs for almost every record."""
-    made: IntakeDecision = object.__new__(IntakeDecision)
-    for setter, value in zip(_SET_DECISION, (
-            offset, Tally.NEW_EVENT, EventState.READY, None, None, None, sequence, capture,
-            None), strict=True):
-        setter(made, value)
-    return made
+    return _BUILD_DECISION(offset, Tally.NEW_EVENT, EventState.READY, None, None, None,
+                           sequence, capture, None)
 
 
 def read_event(offset: int, row_id: uuid.UUID, key_digest: bytes | None,
                capture_id: bytes | None, platform_id: bytes | None) -> ReadRecord:
     """ReadRecord(offset, RecordKind.EVENT, row_id, key_digest, capture_id, platform_id),
     built slot by slot: this runs for almost every record."""
-    made: ReadRecord = object.__new__(ReadRecord)
-    for setter, value in zip(_SET_READ_RECORD, (
-            offset, RecordKind.EVENT, row_id, key_digest, capture_id, platform_id, "", ""),
-            strict=True):
-        setter(made, value)
-    return made
+    return _BUILD_READ_RECORD(offset, RecordKind.EVENT, row_id, key_digest, capture_id,
+                              platform_id, "", "")
 
 
 def _platform_write(record: ReadRecord, proven: frozenset[bytes]) -> IntakeDecision:

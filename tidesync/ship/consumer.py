@@ -10,7 +10,7 @@ import enum
 import logging
 import time
 from collections.abc import Iterable, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from tidesync.cdc.debezium import DebeziumNormalizer, KafkaRecord
@@ -21,6 +21,7 @@ from tidesync.cdc.kafka import (
 from tidesync.cdc.outcomes import Block, BlockReason, Normalized, Outcome, Skip, SkipReason
 from tidesync.domain.clock import Monotonic
 from tidesync.domain.rules.runtime import Filtered, Shaped
+from tidesync.domain.slots import slot_builder
 from tidesync.ship.rules import ShipRules
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.intake import Consumed, Recorded, platform_write_id, queue_key_digest
@@ -28,6 +29,8 @@ from tidesync.ship.state.watermarks import Watermark
 
 log = logging.getLogger(__name__)
 
+_BUILD_CONSUMED = slot_builder(Consumed, [field.name for field in fields(Consumed)])
+"""Consumed(...) built slot by slot: one is made for every record read."""
 _END_CHECK_SECONDS = 0.5
 """How often, at most, an empty poll compares the partitions not known to be at their end with
 their high watermarks (the end-of-partition event alone can be missed)."""
@@ -164,8 +167,8 @@ class QueueConsumer:
             platform_id = platform_write_id(outcome.event)
         if isinstance(outcome, Normalized) and self.rules is not None:
             outcome = self._shaped(self.rules, record, outcome)
-        return Consumed(record.topic, record.partition, record.offset, outcome, size,
-                        queue_key_digest(record.key), platform_id)
+        return _BUILD_CONSUMED(record.topic, record.partition, record.offset, outcome, size,
+                               queue_key_digest(record.key), platform_id)
 
     def _shaped(self, rules: ShipRules, record: KafkaRecord, normalized: Normalized
                 ) -> Outcome:
