@@ -185,13 +185,25 @@ def uuid5(namespace: bytes, name: str) -> uuid.UUID:
     # the cost.
     made = _new_object(uuid.UUID)
     _SET_UUID_INT(made, int.from_bytes(digest[:16], "big") & _UUID5_CLEARED | _UUID5_BITS)
-    _SET_UUID_SAFE(made, uuid.SafeUUID.unknown)
+    _SET_UUID_SAFE(made, _UUID_SAFE_UNKNOWN)
+    return made
+
+
+def uuid_of_bytes(data: bytes) -> uuid.UUID:
+    """`uuid.UUID(bytes=data)`, built as `uuid5` builds its UUID (an id read back from a state
+    store, made for every event a receipt names); raises ValueError unless 16 bytes."""
+    if len(data) != 16:
+        return uuid.UUID(bytes=data)
+    made = _new_object(uuid.UUID)
+    _SET_UUID_INT(made, int.from_bytes(data, "big"))
+    _SET_UUID_SAFE(made, _UUID_SAFE_UNKNOWN)
     return made
 
 
 _new_object = object.__new__
 _SET_UUID_INT = vars(uuid.UUID)["int"].__set__
 _SET_UUID_SAFE = vars(uuid.UUID)["is_safe"].__set__
+_UUID_SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
 def tombstone_revision(event_id: uuid.UUID) -> Revision:

@@ -9,12 +9,14 @@ import enum
 import functools
 import uuid
 from collections.abc import Sequence
+from dataclasses import fields
 
 from tidesync.domain.change_event import ChangeEvent
+from tidesync.domain.slots import slot_builder
 from tidesync.ship.state.receipts import ReceiveAnswer, ReceiveOutcome, TerminalResult
 from tidesync.wire import codec
 from tidesync.wire import sync_pb2 as pb
-from tidesync.wire.ranges import OffsetRanges, Stream, decode_ranges
+from tidesync.wire.ranges import OffsetRanges, Stream, decode_ranges, within
 
 _RECEIVE_OUTCOMES = {pb.RECEIVED: ReceiveOutcome.RECEIVED,
                      pb.RETRYABLE_FAILURE: ReceiveOutcome.RETRYABLE_FAILURE,
@@ -63,20 +65,26 @@ def batch_answers(events: Sequence[ChangeEvent], response: pb.UploadBatchRespons
     answers = [receive_answer(status) for status in response.statuses]
     if not response.received:
         return answers
-    ranges = decode_ranges(response.strings, response.received)
+    ranges = decode_ranges(response.strings, response.received).streams
     named = {answer.event_id for answer in answers}
+    # Each stream's ranges are looked up once per stream of the batch, not once per event.
+    spans_of: dict[tuple[str, int, int], Sequence[tuple[int, int]]] = {}
     for event in events:
-        if event.event_id not in named and ranges.contains(_stream(event),
-                                                           event.source_position):
-            answers.append(ReceiveAnswer(event.event_id, ReceiveOutcome.RECEIVED))
-            named.add(event.event_id)
+        event_id, offset = event.event_id, event.source_position
+        where = (event.source_topic, event.source_partition, event.replay_epoch)
+        spans = spans_of.get(where)
+        if spans is None:
+            spans = spans_of[where] = ranges.get(Stream(*where)) or ()
+        if event_id not in named and within(spans, offset):
+            answers.append(_RECEIVED(event_id, ReceiveOutcome.RECEIVED, "", "", None))
+            named.add(event_id)
     return answers
+
+
+_RECEIVED = slot_builder(ReceiveAnswer, [field.name for field in fields(ReceiveAnswer)])
+"""ReceiveAnswer(...) built slot by slot: a batch's answer names each of its events."""
 
 
 def applied_ranges(page: pb.ReceiptsPage) -> OffsetRanges:
     """The events a receipts page names APPLIED by offset ranges (raises WireError)."""
     return decode_ranges(page.strings, page.applied)
-
-
-def _stream(event: ChangeEvent) -> Stream:
-    return Stream(event.source_topic, event.source_partition, event.replay_epoch)

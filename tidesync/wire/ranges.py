@@ -38,15 +38,17 @@ class OffsetRanges:
     streams: dict[Stream, list[tuple[int, int]]] = field(default_factory=dict)
 
     def contains(self, stream: Stream, offset: int) -> bool:
-        ranges = self.streams.get(stream)
-        if not ranges:
-            return False
-        index = bisect.bisect_right(ranges, (offset, MAX_OFFSET + 1)) - 1
-        return index >= 0 and ranges[index][0] <= offset <= ranges[index][1]
+        return within(self.streams.get(stream) or (), offset)
 
     def __len__(self) -> int:
         return sum(last - first + 1 for ranges in self.streams.values()
                    for first, last in ranges)
+
+
+def within(ranges: Sequence[tuple[int, int]], offset: int) -> bool:
+    """Whether sorted, disjoint, inclusive (first, last) ranges hold `offset`."""
+    index = bisect.bisect_right(ranges, (offset, MAX_OFFSET + 1)) - 1
+    return index >= 0 and ranges[index][0] <= offset <= ranges[index][1]
 
 
 def encode_ranges(coordinates: Iterable[tuple[Stream, int]]

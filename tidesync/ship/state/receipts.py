@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from tidesync.cdc.kafka import PartitionKey
+from tidesync.domain.change_event import uuid_of_bytes
 from tidesync.domain.ship_intake import DONE, SENDABLE, EventState
 from tidesync.ship.state.database import OrderedWrites, ShipStateDatabase, look_up
 from tidesync.ship.state.watermarks import BlockedKeys, SQLiteWatermarks
@@ -214,19 +215,19 @@ class SQLiteReceipts:
                 rest.append(answer)
         if not verdicts or len(event_ids) != len(answers):
             return set(), answers
-        moved: set[PartitionKey] = set()
+        places: set[tuple[str, int]] = set()
         for (result, reason), ids in verdicts.items():
             rows = look_up(conn, _TERMINAL_BY_ID, ids, (result, reason, now,
                                                         self.database.direction.value),
                            _TERMINAL_RETURNING)
             for event_id, topic, partition, size in rows:
-                moved.add(PartitionKey(topic, partition))
+                places.add((topic, partition))
                 progress.terminal.add(event_ids[event_id])
                 progress.terminal_bytes += size
                 self._count_verdict(None, result)
             if len(rows) < len(ids):
                 progress.unknown += self._unknown(conn, set(ids) - {row[0] for row in rows})
-        return moved, rest
+        return {PartitionKey(*place) for place in places}, rest
 
     def _received_in_place(self, conn: sqlite3.Connection, answers: Sequence[ReceiveAnswer],
                            progress: Progress, now: str
@@ -244,10 +245,8 @@ class SQLiteReceipts:
         event_ids = {answer.event_id.bytes: answer.event_id for answer in plain}
         rows = look_up(conn, _RECEIVED_BY_ID, event_ids, (now, self.database.direction.value),
                        _RECEIVED_RETURNING)
-        moved: set[PartitionKey] = set()
-        for event_id, topic, partition in rows:
-            moved.add(PartitionKey(topic, partition))
-            progress.received.add(event_ids[event_id])
+        moved = {PartitionKey(*place) for place in {(row[1], row[2]) for row in rows}}
+        progress.received.update(event_ids[row[0]] for row in rows)
         if len(rows) < len(event_ids):  # received or final already, or not ours
             found = look_up(conn, "SELECT event_id, state FROM event_state WHERE direction = ?"
                             " AND event_id IN", set(event_ids) - {row[0] for row in rows},
@@ -328,10 +327,9 @@ class SQLiteReceipts:
             where = (stream.topic, stream.partition, stream.replay_epoch, direction)
             for first, last in spans:
                 made = conn.execute(_APPLIED_IN_RANGE, (now, *where, first, last)).fetchall()
-                for event_id, size in made:
-                    progress.terminal.add(uuid.UUID(bytes=event_id))
-                    progress.terminal_bytes += size
-                    self._count_verdict(None, "APPLIED")
+                # Not REJECTED before or after: the count of rejections stays as it is.
+                progress.terminal.update(uuid_of_bytes(row[0]) for row in made)
+                progress.terminal_bytes += sum(row[1] for row in made)
                 if made:
                     moved.add(PartitionKey(stream.topic, stream.partition))
                 if len(made) < last - first + 1:  # some were final already: new verdicts?
