@@ -55,6 +55,7 @@ from tidesync.domain.change_event import (
     event_id_of,
     tombstone_revision,
 )
+from tidesync.domain.slots import slot_builder
 from tidesync.domain.values import Value, canonical_text
 
 REVISION_COLUMN = "_sync_revision"
@@ -118,6 +119,7 @@ _OPERATIONS = {"c": Operation.INSERT, "u": Operation.UPDATE, "d": Operation.DELE
                "r": Operation.SNAPSHOT}
 _CONNECT_OFFSET_FIELDS = frozenset({"file", "pos"})
 _QUOTED_NAME = re.compile(r'"((?:[^"]|"")*)"')
+_RECORD_KEY = slot_builder(RecordKey, ["database", "table", "primary_key", "schema"])
 
 
 class DebeziumNormalizer:
@@ -292,7 +294,8 @@ class DebeziumNormalizer:
                 if column in image and not same_value(image[column], value):
                     raise Blocked(BlockReason.KEY_MISMATCH,
                                   f"key column {column!r} differs from the {image_name} image")
-        return RecordKey(database, table, tuple(columns.items()))
+        # `_decode_key` made sure of what RecordKey checks: some columns, each named once.
+        return _RECORD_KEY(database, table, tuple(columns.items()), None)
 
     def _decode_key(self, payload: Any, key_schema: StructSchema | None,
                     schema: EnvelopeSchema | None, database: str, table: str, image: str

@@ -16,6 +16,7 @@ from typing import Any
 from tidesync.cdc.debezium_values import EPOCH
 from tidesync.cdc.outcomes import Blocked, BlockReason
 from tidesync.domain.change_event import ChangeEvent, RecordKey, Revision
+from tidesync.domain.slots import slot_builder
 from tidesync.domain.values import Value
 
 # Newest Debezium major whose record layout this module has been checked against
@@ -62,11 +63,15 @@ def revision_in_image(image: Mapping[str, Value] | None, image_name: str, column
             if len(raw) == 24:  # BINARY(16) under binary.handling.mode=base64
                 return Revision(binascii.a2b_base64(raw, strict_mode=True))
             canonical = _canonical_uuid_bytes(raw)
-            return Revision(canonical) if canonical is not None else Revision.parse(raw)
+            return _REVISION(canonical) if canonical is not None else Revision.parse(raw)
     except ValueError:
         pass
     raise Blocked(BlockReason.INVALID_REVISION,
                   f"{column} in the {image_name} image is not a 16-byte revision")
+
+
+_REVISION = slot_builder(Revision, ["value"])
+"""Revision(value) of 16 bytes already counted (one or two per two-way event)."""
 
 
 def _canonical_uuid_bytes(text: str) -> bytes | None:
