@@ -6,9 +6,10 @@ arriving a second late, a 10 s outage (connections reset) every 60 s, random res
 4 MiB relayed on average). The ship client (real queue, state and HTTP link) uploads a backlog
 of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore
 (`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go twice: with the
-default settings (no uplink limit: bodies paced at the rate the uploads measure, once measured)
-and with the ship's uplink limit set to the link's rate (`[ship] uplink_rate_bytes_per_sec`:
-bodies written as fast as the link takes them, taking turns).
+default settings (no uplink limit: bodies paced at the rate the uploads measure, from a
+cautious start) and with the ship's uplink limit set to the link's rate
+(`[ship] uplink_rate_bytes_per_sec`: bodies written as fast as the link takes them, taking
+turns).
 Per workload: goodput of accepted upload payload (compressed batch bytes answered RECEIVED, or
 recalled by batch id after a lost answer) while the backlog lasts, bytes sent up and
 acknowledgement bytes down per payload byte, and how long after each outage ended the first

@@ -21,9 +21,9 @@ its answer earlier, but the answers of the others waited behind it.)
 The shore may set the node's limit too (`tidesync nodes uplink`, §13.1; it comes with the
 node's config): the lower of the two holds, and a change keeps the tokens already earned (up to
 the new burst), so it never opens a fresh burst. Without either limit, bodies are paced at the
-rate the uploads measure (`tidesync.ship.measured_rate`, `[ship] uplink_measured_pace`) once
-they have measured it, with a burst of an eighth of a second; until then, or with that off,
-bodies go at once.
+rate the uploads measure (`tidesync.ship.measured_rate`, `[ship] uplink_measured_pace`), from
+a cautious start until they have measured it, with a burst of an eighth of a second; with that
+off, bodies go at once.
 """
 
 from __future__ import annotations
