@@ -3,7 +3,10 @@ success resets every schedule that waited for the link — but not waits the sho
 
 from __future__ import annotations
 
+import logging
 import random
+
+import pytest
 
 from tidesync.domain.backoff import Backoff
 from tidesync.ship.transport import (
@@ -87,3 +90,44 @@ def test_the_log_line_says_a_wait_for_the_link_ends_when_it_answers() -> None:
     assert upload.when(delay) == f"once the link answers, at the latest in {delay:.1f} s"
     refused = config.failed(0.0, retry_after=120.0, link_down=True)  # the shore asked
     assert config.when(refused) == f"in {refused:.1f} s"
+
+
+def test_an_outage_is_one_warning_not_one_per_failed_request(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = [0.0]
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(5), monotonic=lambda: clock[0])
+    upload, receipts = recovery.schedule(Backoff()), recovery.schedule(Backoff())
+    levels = []
+    for turn in range(40):  # ten seconds of failures, several requests a second
+        clock[0] = turn * 0.25
+        for schedule in (upload, receipts):
+            schedule.failed(clock[0], link_down=True)
+            levels.append(schedule.log_level())
+    assert levels[0] == logging.WARNING  # the link went down: said once
+    assert set(levels[1:]) == {logging.DEBUG}
+    refused = upload.failed(clock[0], retry_after=60.0)  # the shore itself answered
+    assert refused >= 60.0 and upload.log_level() == logging.WARNING
+    with caplog.at_level(logging.INFO, logger="tidesync.ship.retries"):
+        clock[0] = 12.0
+        receipts.succeeded()  # a request, not a probe, found the link working
+    assert [r.getMessage() for r in caplog.records] == [
+        "the shore answers again after 12 s without a link: requests resume"]
+    upload.failed(13.0, link_down=True)  # a new outage is told again
+    assert upload.log_level() == logging.WARNING
+
+
+def test_failed_probes_are_told_ever_less_often(caplog: pytest.LogCaptureFixture) -> None:
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(6))
+    recovery.schedule(Backoff()).failed(0.0, link_down=True)
+    link = _Probe([False] * 40 + [True])
+    now = 0.0
+    with caplog.at_level(logging.DEBUG, logger="tidesync.ship.retries"):
+        while link.answers:
+            recovery.probe(link, now)
+            now += 0.25
+    told = [r for r in caplog.records if r.levelno >= logging.INFO]
+    failed = [r.getMessage() for r in told if "still unreachable" in r.getMessage()]
+    assert len(failed) == 6  # probes 1, 2, 4, 8, 16, 32 of 40
+    assert len([r for r in caplog.records if "still unreachable" in r.getMessage()]) == 40
+    assert told[-1].getMessage().startswith("the shore answers again after ")
+    assert told[-1].levelno == logging.WARNING

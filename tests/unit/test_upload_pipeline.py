@@ -5,6 +5,7 @@ same id and body; a shore that cannot tell gets the same batch again."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import threading
 import uuid
@@ -194,6 +195,40 @@ def test_a_shore_that_keeps_no_answers_gets_the_same_batch_again(
     first, again = shore.uploads
     assert (again.batch_id, again.body) == (first.batch_id, first.body)
     assert hooks.received == set(ids)
+
+
+class DownShore(FakeShore):
+    """Its first answer is lost, then nothing gets through for `down` fate questions."""
+
+    def __init__(self, down: int) -> None:
+        super().__init__(lose=1)
+        self.down = down
+
+    def _fate(self, batch_id: uuid.UUID, body: bytes | None = None
+              ) -> pb.UploadBatchResponse | BatchUnknown | None:
+        if self.down:
+            self.down -= 1
+            raise LinkDown(LinkReason.NETWORK_ERROR, "connection refused")
+        return super()._fate(batch_id, body)
+
+
+def test_an_outage_is_one_warning_however_often_the_lost_batch_is_asked_after(
+        state: SQLiteShipState, caplog: pytest.LogCaptureFixture) -> None:
+    clock, shore = ManualClock(), DownShore(down=25)
+    uploads, hooks, ids = pipeline(state, shore, clock)
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(7), monotonic=clock.monotonic)
+    uploads.retry = recovery.schedule(Backoff(1.0, 300.0))
+    with caplog.at_level(logging.DEBUG, logger="tidesync.ship"):
+        for _ in range(200):  # the fate question is the link's probe, about once a second
+            uploads.step(blocked=False)
+            clock.advance(0.25)
+    assert hooks.received == set(ids) and len(shore.uploads) == 1
+    assert shore.fates == [shore.uploads[0].batch_id] and shore.down == 0  # 25 failed before
+    failures = [r for r in caplog.records if "failed (NETWORK_ERROR)" in r.getMessage()]
+    assert len(failures) == 26  # the upload whose answer was lost, then 25 fate questions
+    assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 25
+    back = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(back) == 1 and back[0].startswith("the shore answers again after ")
 
 
 class GatedShore(FakeShore):

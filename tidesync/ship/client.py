@@ -110,7 +110,8 @@ class ShipClient:
         # The first success after an outage resets every request's schedule (not the identity
         # probe's: that one waits for the shore, not the link).
         self.recovery = LinkRecovery(
-            Backoff(settings.probe_initial_seconds, settings.probe_max_seconds), self.rng)
+            Backoff(settings.probe_initial_seconds, settings.probe_max_seconds), self.rng,
+            monotonic=monotonic)
         self.upload_retry = self.recovery.schedule(self.backoff)
         self.receipts_retry = self.recovery.schedule(self.backoff)
         self.heartbeat_retry = self.recovery.schedule(self.backoff)
@@ -453,8 +454,8 @@ class ShipClient:
             return
         delay = schedule.failed(self.monotonic(), error.retry_after,
                                 link_down=link_is_down(error))
-        log.warning("%s request failed (%s); retry %s", what, error.reason,
-                    schedule.when(delay))
+        log.log(schedule.log_level(), "%s request failed (%s); retry %s", what, error.reason,
+                schedule.when(delay))
 
     # ------------------------------------------------------------------ commit
 

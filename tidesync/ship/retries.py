@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tidesync.domain.backoff import Backoff
@@ -32,6 +33,9 @@ class RetrySchedule:
     waits_for_link: bool = False
     """The last failure was the network's (no answer, no Retry-After): a working link ends
     the wait. Waits the shore asked for, or for other causes, are kept."""
+    link_known_down: bool = False
+    """The last failure was the network's while the link was already known to be down: it
+    says nothing an operator has not been told (see `log_level`)."""
 
     def due(self, now: float) -> bool:
         return now >= self.not_before
@@ -44,9 +48,19 @@ class RetrySchedule:
         delay = self.backoff.delay(self.attempt, self.rng.random(), retry_after)
         self.not_before = now + delay
         self.waits_for_link = link_down and retry_after is None
+        self.link_known_down = (link_down and self.recovery is not None
+                                and self.recovery.down_since is not None)
         if link_down and self.recovery is not None:
             self.recovery.lost(now)
         return delay
+
+    def log_level(self) -> int:
+        """The level to log the last failure at: a warning, except for the failures of a link
+        already known to be down. While an outage lasts, the requests that wait for the link
+        (a batch's fate question several times a second in the first minute) would otherwise
+        each log a warning; the first failure says the link went down, and the recovery says
+        when it answers again and, ever less often, that it still does not."""
+        return logging.DEBUG if self.link_known_down else logging.WARNING
 
     def when(self, delay: float) -> str:
         """The next try, as a log line says it: a wait for the link ends when a probe gets
@@ -64,6 +78,7 @@ class RetrySchedule:
 
     def reset(self) -> None:
         self.attempt, self.not_before, self.waits_for_link = 0, 0.0, False
+        self.link_known_down = False
 
 
 @dataclass
@@ -85,6 +100,9 @@ class LinkRecovery:
     down_since: float | None = None
     probes: int = 0
     next_probe: float = 0.0
+    monotonic: Callable[[], float] | None = None
+    """The clock `down_since` is on, to say how long the link was down when a request (not
+    a probe) finds it working again; None: not said."""
 
     def schedule(self, backoff: Backoff) -> RetrySchedule:
         """A new retry schedule that this recovery resets."""
@@ -107,15 +125,21 @@ class LinkRecovery:
         probe = getattr(link, "probe", None)
         if probe is None or not self.probe_due(now):
             return False
-        down_since = self.down_since or now
+        down_since = now if self.down_since is None else self.down_since
         if not probe():
             delay = self.probe_failed(now)
-            log.info("the shore is still unreachable; probing again in %.1f s", delay)
+            log.log(self.log_level(), "the shore is still unreachable after %.0f s; probing"
+                    " again in %.1f s", now - down_since, delay)
             return False
-        self.works()
-        log.warning("the shore answers again after %.0f s without a link: requests resume",
-                    now - down_since)
+        self.works(now)
         return True
+
+    def log_level(self) -> int:
+        """The level of the line a failed probe logs: info for the 1st, 2nd, 4th, 8th … failed
+        probe of an outage, debug for the others (probes are due every second or so in the
+        first minute down)."""
+        probes = self.probes
+        return logging.INFO if probes & (probes - 1) == 0 else logging.DEBUG
 
     def probe_failed(self, now: float) -> float:
         """Record a failed probe; returns the delay before the next one."""
@@ -131,7 +155,16 @@ class LinkRecovery:
             return 1
         return 2 + int(math.log2(down_for / self.fast_seconds))
 
-    def works(self) -> None:
+    def works(self, now: float | None = None) -> None:
+        """Something got through: the link works (`now`: when, to say how long it was down)."""
+        if now is None and self.monotonic is not None:
+            now = self.monotonic()
+        if self.down_since is not None:
+            if now is None:
+                log.warning("the shore answers again: requests resume")
+            else:
+                log.warning("the shore answers again after %.0f s without a link: requests"
+                            " resume", now - self.down_since)
         self.down_since, self.probes = None, 0
         for schedule in self.schedules:
             if schedule.waits_for_link:

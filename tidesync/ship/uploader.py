@@ -378,8 +378,8 @@ class UploadPipeline:
         state = HealthState.OFFLINE if isinstance(error, LinkDown) or (
             error.status is not None and error.status >= 500) else HealthState.DEGRADED
         self.hooks.set_health(Subsystem.TRANSPORT, state, error.reason, str(error)[:200])
-        log.warning("%s %s failed (%s); retry %d %s", what, batch.batch_id,
-                    error.reason, self.retry.attempt, self.retry.when(delay))
+        log.log(self.retry.log_level(), "%s %s failed (%s); retry %d %s", what,
+                batch.batch_id, error.reason, self.retry.attempt, self.retry.when(delay))
 
     def _split(self, batch: OutgoingBatch, error: LinkError) -> None:
         ids = batch.event_ids
