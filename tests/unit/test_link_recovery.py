@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 
 import pytest
 
@@ -126,8 +127,11 @@ def test_failed_probes_are_told_ever_less_often(caplog: pytest.LogCaptureFixture
             recovery.probe(link, now)
             now += 0.25
     told = [r for r in caplog.records if r.levelno >= logging.INFO]
-    failed = [r.getMessage() for r in told if "still unreachable" in r.getMessage()]
+    failed = [r.getMessage() for r in told if "unreachable for" in r.getMessage()]
     assert len(failed) == 6  # probes 1, 2, 4, 8, 16, 32 of 40
-    assert len([r for r in caplog.records if "still unreachable" in r.getMessage()]) == 40
+    assert len([r for r in caplog.records if "unreachable for" in r.getMessage()]) == 40
+    seconds = [int(re.fullmatch(r"the shore has been unreachable for (\d+) s; the next probe"
+                                r" in \d+\.\d s", line).group(1)) for line in failed]  # type: ignore[union-attr]
+    assert seconds == sorted(seconds) and seconds[-1] > 20  # how long, as it grows
     assert told[-1].getMessage().startswith("the shore answers again after ")
     assert told[-1].levelno == logging.WARNING

@@ -227,6 +227,10 @@ def test_an_outage_is_one_warning_however_often_the_lost_batch_is_asked_after(
     failures = [r for r in caplog.records if "failed (NETWORK_ERROR)" in r.getMessage()]
     assert len(failures) == 26  # the upload whose answer was lost, then 25 fate questions
     assert [r.levelno for r in failures] == [logging.WARNING] + [logging.DEBUG] * 25
+    # The fate questions were the link's probes: told at info level ever less often.
+    down = [r for r in caplog.records if "unreachable for" in r.getMessage()]
+    assert [r.levelno for r in down].count(logging.INFO) == 5  # probes 1, 2, 4, 8, 16 of 25
+    assert all(r.levelno in (logging.INFO, logging.DEBUG) for r in down)
     back = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
     assert len(back) == 1 and back[0].startswith("the shore answers again after ")
 

@@ -125,27 +125,28 @@ class LinkRecovery:
         probe = getattr(link, "probe", None)
         if probe is None or not self.probe_due(now):
             return False
-        down_since = now if self.down_since is None else self.down_since
         if not probe():
-            delay = self.probe_failed(now)
-            log.log(self.log_level(), "the shore is still unreachable after %.0f s; probing"
-                    " again in %.1f s", now - down_since, delay)
+            self.probe_failed(now)
             return False
         self.works(now)
         return True
 
     def log_level(self) -> int:
-        """The level of the line a failed probe logs: info for the 1st, 2nd, 4th, 8th … failed
-        probe of an outage, debug for the others (probes are due every second or so in the
-        first minute down)."""
+        """The level of the line `probe_failed` logs: info for the 1st, 2nd, 4th, 8th … probe
+        of an outage, debug for the others (probes are due every second or so in the first
+        minute down)."""
         probes = self.probes
         return logging.INFO if probes & (probes - 1) == 0 else logging.DEBUG
 
     def probe_failed(self, now: float) -> float:
-        """Record a failed probe; returns the delay before the next one."""
+        """Record a failed probe (or one going out now that the link is known down: a cut
+        upload's fate question); returns the delay before the next one."""
         self.probes += 1
         delay = self.probe_backoff.probe_delay(self._attempt(now), self.rng.random())
         self.next_probe = now + delay
+        down_since = now if self.down_since is None else self.down_since
+        log.log(self.log_level(), "the shore has been unreachable for %.0f s; the next probe"
+                " in %.1f s", now - down_since, delay)
         return delay
 
     def _attempt(self, now: float) -> int:
