@@ -10,6 +10,7 @@ import re
 import pytest
 
 from tidesync.domain.backoff import Backoff
+from tidesync.ship.retries import BLIP_SECONDS
 from tidesync.ship.transport import (
     HttpShoreLink,
     LinkDown,
@@ -135,3 +136,19 @@ def test_failed_probes_are_told_ever_less_often(caplog: pytest.LogCaptureFixture
     assert seconds == sorted(seconds) and seconds[-1] > 20  # how long, as it grows
     assert told[-1].getMessage().startswith("the shore answers again after ")
     assert told[-1].levelno == logging.WARNING
+
+
+def test_the_end_of_a_blip_is_not_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    clock = [100.0]
+    recovery = LinkRecovery(Backoff(1.0, 30.0), random.Random(8), monotonic=lambda: clock[0])
+    upload = recovery.schedule(Backoff())
+    with caplog.at_level(logging.INFO, logger="tidesync.ship.retries"):
+        upload.failed(clock[0], link_down=True)  # one connection reset
+        clock[0] += 0.4
+        upload.succeeded()  # the next request gets through at once
+        upload.failed(clock[0], link_down=True)  # an outage
+        clock[0] += BLIP_SECONDS
+        upload.succeeded()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "the shore answers again after 0 s without a link: requests resume"),
+        (logging.WARNING, "the shore answers again after 5 s without a link: requests resume")]

@@ -16,6 +16,11 @@ from tidesync.domain.backoff import Backoff
 log = logging.getLogger(__name__)
 
 
+BLIP_SECONDS = 5.0
+"""A link down for less than this was a blip: its end is logged at info level, not as a
+warning."""
+
+
 @dataclass
 class RetrySchedule:
     """When one kind of request may be tried again (full jitter, Retry-After floor).
@@ -164,8 +169,12 @@ class LinkRecovery:
             if now is None:
                 log.warning("the shore answers again: requests resume")
             else:
-                log.warning("the shore answers again after %.0f s without a link: requests"
-                            " resume", now - self.down_since)
+                # A blip (one reset connection) was told by the request it failed; only the
+                # end of an outage is worth a warning of its own.
+                down_for = now - self.down_since
+                log.log(logging.WARNING if down_for >= BLIP_SECONDS else logging.INFO,
+                        "the shore answers again after %.0f s without a link: requests resume",
+                        down_for)
         self.down_since, self.probes = None, 0
         for schedule in self.schedules:
             if schedule.waits_for_link:
