@@ -16,7 +16,13 @@ What it models, per direction of the link:
   `loss`; a lost segment arrives `retransmit_seconds` late and holds everything behind it;
 * outages every `outage_every_seconds` for `outage_seconds` (or forced by `set_down(True)`):
   "refuse" resets open connections and resets new ones at once, "stall" holds every byte
-  until the outage ends;
+  until the outage ends, "blackhole" drops what falls in it, as a satellite blockage does, and
+  resets nothing: a direction of a connection that lost bytes resumes at the sender's next
+  retransmission after the link came back (timed from the loss, the first after
+  `retransmit_seconds`, each later one twice as late, up to 120 s apart), so bytes lost as a
+  10 s outage began resume 5 s after its end with a 1 s timeout, as a 100 s one began 27 s
+  after; what it held then arrives in one burst, whatever the rate, and a connection opened
+  in the outage (its SYN lost) sends its first bytes at the SYN's retransmission;
 * random resets: per connection, after an exponentially distributed number of seconds or of
   MiB relayed (a reset after n bytes relays exactly n: what the sender wrote after them never
   left it); every draw comes from a generator seeded by `seed` and the connection's number.
@@ -26,6 +32,13 @@ own TCP legs are lossless loopback connections); the real stack's congestion con
 sees a fast local link and never slows down after a loss; window limits and bufferbloat of a
 real modem; and a refused connect (the kernel accepts it, the proxy then resets it, so the
 client sees a reset instead of ECONNREFUSED, and a stalled connect instead of a SYN timeout).
+A blackhole is modelled, not made: the client's kernel talks to the proxy over loopback, so its
+TCP_INFO shows no retransmissions and its connect() succeeds at once instead of waiting for a
+SYN-ACK, and the retransmission timer is one per direction of a connection, started from
+`retransmit_seconds` rather than from a measured round trip.
+
+The model's arithmetic (`LinkProfile`, `Serializer`, `Channel`, `retransmission_after`, ...)
+lives in `tidesync.linkmodel` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -33,199 +46,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import enum
 import itertools
 import math
-import random
 import signal
 import socket
 import struct
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 
-from tidesync.domain.errors import ErrorCode, TidesyncError
+from tidesync.linkmodel import (
+    MIB,
+    RTO_MAX_SECONDS,
+    Channel,
+    LinkProfile,
+    LinkProfileError,
+    LinkStats,
+    OutageMode,
+    OutageSchedule,
+    ResetPlan,
+    Serializer,
+    connection_rng,
+    retransmission_after,
+)
 
-MIB = 1024 * 1024
+__all__ = [  # the model's names too: they are imported from here
+    "MIB",
+    "RTO_MAX_SECONDS",
+    "Channel",
+    "LinkProfile",
+    "LinkProfileError",
+    "LinkSimulator",
+    "LinkStats",
+    "OutageMode",
+    "OutageSchedule",
+    "ResetPlan",
+    "Serializer",
+    "abort",
+    "connection_rng",
+    "main",
+    "profile_of",
+    "retransmission_after",
+]
+
 _READ_BYTES = 64 * 1024
 _QUEUE_PIECES = 512
 """Pieces waiting for delivery per direction of a connection: the proxy's send buffer."""
 _TICK_SECONDS = 0.02
-
-
-class OutageMode(enum.StrEnum):
-    REFUSE = "refuse"  # open connections are reset, new ones reset at once
-    STALL = "stall"    # bytes are held until the outage ends
-
-
-class LinkProfileError(TidesyncError):
-    """A link profile with impossible values."""
-
-    code = ErrorCode.CONFIG_INVALID
-
-
-@dataclass(frozen=True)
-class LinkProfile:
-    """The impairments of the simulated link; the defaults impair nothing."""
-
-    rate_bytes_per_second: float = 0.0  # each direction; 0 = unlimited
-    latency_seconds: float = 0.0  # one way
-    loss: float = 0.0  # probability per segment
-    segment_bytes: int = 1400
-    retransmit_seconds: float = 1.0
-    outage_every_seconds: float = 0.0  # 0 = no scheduled outages
-    outage_seconds: float = 0.0
-    outage_offset_seconds: float | None = None  # first outage start; None: every - duration
-    outage_mode: OutageMode = OutageMode.REFUSE
-    resets_per_second: float = 0.0  # per connection
-    resets_per_mib: float = 0.0  # per connection, both directions counted
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise LinkProfileError("; ".join(problems))
-
-    def problems(self) -> list[str]:
-        problems = [f"{name} must be >= 0" for name in (
-            "rate_bytes_per_second", "latency_seconds", "retransmit_seconds",
-            "outage_every_seconds", "outage_seconds", "resets_per_second", "resets_per_mib")
-            if getattr(self, name) < 0]
-        if not 0.0 <= self.loss < 1.0:
-            problems.append("loss must be in [0, 1)")
-        if self.segment_bytes < 1:
-            problems.append("segment_bytes must be >= 1")
-        if self.outage_every_seconds and self.outage_seconds >= self.outage_every_seconds:
-            problems.append("outage_seconds must be shorter than outage_every_seconds")
-        return problems
-
-    def outages(self) -> OutageSchedule:
-        offset = (self.outage_offset_seconds if self.outage_offset_seconds is not None
-                  else self.outage_every_seconds - self.outage_seconds)
-        return OutageSchedule(self.outage_every_seconds, self.outage_seconds, offset)
-
-
-@dataclass(frozen=True)
-class OutageSchedule:
-    """Outages of `duration` seconds starting at `offset + k * every` seconds after the link
-    started (k = 0, 1, ...)."""
-
-    every: float
-    duration: float
-    offset: float
-
-    def window_at(self, elapsed: float) -> tuple[float, float] | None:
-        """The outage (start, end) in seconds since the start that `elapsed` falls in."""
-        if self.every <= 0 or self.duration <= 0 or elapsed < self.offset:
-            return None
-        start = self.offset + math.floor((elapsed - self.offset) / self.every) * self.every
-        return (start, start + self.duration) if elapsed < start + self.duration else None
-
-    def windows(self, until: float) -> list[tuple[float, float]]:
-        """Every outage that starts before `until` seconds since the start."""
-        if self.every <= 0 or self.duration <= 0:
-            return []
-        starts = itertools.takewhile(lambda s: s < until,
-                                     (self.offset + k * self.every for k in itertools.count()))
-        return [(start, start + self.duration) for start in starts]
-
-
-@dataclass
-class Serializer:
-    """One direction's bandwidth: bytes leave one after another at `rate` bytes per second,
-    never during a scheduled outage. Pure: the caller passes the time."""
-
-    rate: float
-    outages: OutageSchedule
-    started: float
-    free_at: float = 0.0
-
-    def depart(self, size: int, now: float) -> float:
-        """When the last of `size` bytes offered at `now` has left."""
-        if self.rate <= 0:
-            return now
-        start = max(now, self.free_at)
-        window = self.outages.window_at(start - self.started)
-        if window is not None:
-            start = self.started + window[1]
-        self.free_at = start + size / self.rate
-        return self.free_at
-
-
-@dataclass
-class Channel:
-    """One direction of one connection: when each piece of its byte stream arrives. Pure."""
-
-    profile: LinkProfile
-    serializer: Serializer
-    rng: random.Random
-    not_before: float = 0.0
-    offset: int = 0
-    lost: bool = False
-    last: float = 0.0
-
-    def schedule(self, size: int, now: float) -> list[tuple[float, int]]:
-        """(arrival time, bytes) of the next `size` bytes of the stream, offered at `now`, cut
-        at segment boundaries; arrivals never go backwards (one lost segment stalls all
-        behind it)."""
-        pieces: list[tuple[float, int]] = []
-        segment = self.profile.segment_bytes
-        while size > 0:
-            within = self.offset % segment
-            take = min(size, segment - within)
-            if within == 0:
-                self.lost = self.rng.random() < self.profile.loss
-            arrival = self.serializer.depart(take, max(now, self.not_before))
-            arrival += self.profile.latency_seconds
-            if within == 0 and self.lost:
-                arrival += self.profile.retransmit_seconds
-            self.last = max(arrival, self.last)
-            pieces.append((self.last, take))
-            self.offset += take
-            size -= take
-        return pieces
-
-    def end(self, now: float) -> float:
-        """When the end of the stream (a FIN) offered at `now` arrives."""
-        self.last = max(self.last, now + self.profile.latency_seconds)
-        return self.last
-
-
-@dataclass(frozen=True)
-class ResetPlan:
-    """When one connection is reset: after `seconds` or after `bytes` relayed (inf: never)."""
-
-    seconds: float
-    bytes: float
-
-    @classmethod
-    def draw(cls, profile: LinkProfile, rng: random.Random) -> ResetPlan:
-        seconds = rng.expovariate(profile.resets_per_second) if profile.resets_per_second \
-            else math.inf
-        size = rng.expovariate(profile.resets_per_mib / MIB) if profile.resets_per_mib \
-            else math.inf
-        return cls(seconds, size)
-
-
-def connection_rng(seed: int, number: int, purpose: str) -> random.Random:
-    """The generator of one connection's draws: the same seed gives the same draws."""
-    return random.Random(f"{seed}/{number}/{purpose}")  # noqa: S311 - a simulation, not secrets
-
-
-@dataclass
-class LinkStats:
-    """What went through the link: bytes read from each side and delivered to the other."""
-
-    up_bytes: int = 0  # read from the client (towards the target)
-    down_bytes: int = 0  # read from the target (towards the client)
-    up_delivered: int = 0
-    down_delivered: int = 0
-    up_cut: int = 0  # read from the client, never delivered: on the link when a reset cut it
-    connections: int = 0
-    refused: int = 0
-    resets: int = 0
 
 
 # ----------------------------------------------------------------------------- the proxy
@@ -256,9 +124,9 @@ class _Connection:
         down: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(_QUEUE_PIECES)
         self.tasks = [asyncio.ensure_future(coroutine) for coroutine in (
             self._read(self.client[0], self.up, up, "up"),
-            self._deliver(up, self.target[1], "up"),
+            self._deliver(up, self.up, self.target[1], "up"),
             self._read(self.target[0], self.down, down, "down"),
-            self._deliver(down, self.client[1], "down"))]
+            self._deliver(down, self.down, self.client[1], "down"))]
         try:
             await asyncio.gather(*self.tasks)
         except (ConnectionError, OSError):
@@ -291,12 +159,12 @@ class _Connection:
                 piece, data = data[:size], data[size:]
                 await queue.put((arrival, piece))
 
-    async def _deliver(self, queue: asyncio.Queue[tuple[float, bytes]],
+    async def _deliver(self, queue: asyncio.Queue[tuple[float, bytes]], channel: Channel,
                        sink: asyncio.StreamWriter, direction: str) -> None:
         while True:
             arrival, piece = await queue.get()
             await self.proxy.sleep_until(arrival)
-            await self.proxy.wait_passable()
+            await self.proxy.wait_passable(channel)
             if not piece:
                 if sink.can_write_eof():
                     sink.write_eof()
@@ -339,13 +207,16 @@ class _Proxy:
         self.outages = profile.outages()
         self.loop = asyncio.get_running_loop()
         self.started = self.loop.time()
-        self.up = Serializer(profile.rate_bytes_per_second, self.outages, self.started)
-        self.down = Serializer(profile.rate_bytes_per_second, self.outages, self.started)
+        self.up = Serializer(profile.rate_bytes_per_second, self.outages, self.started,
+                             mode=profile.outage_mode)
+        self.down = Serializer(profile.rate_bytes_per_second, self.outages, self.started,
+                               mode=profile.outage_mode)
         self.stats = LinkStats()
         self.lock = threading.Lock()
         self.connections: set[_Connection] = set()
         self.numbers = itertools.count()
         self.forced_down = False
+        self.forced_up_at = -math.inf  # when set_down(False) last ended a forced outage
         self._was_down = False
 
     def now(self) -> float:
@@ -353,6 +224,12 @@ class _Proxy:
 
     def down_now(self) -> bool:
         return self.forced_down or self.outages.window_at(self.now() - self.started) is not None
+
+    def up_since(self) -> float:
+        """When the link, up now, came back: the end of the last outage, forced or scheduled."""
+        scheduled = self.outages.last_end(self.now() - self.started)
+        return max(self.forced_up_at,
+                   -math.inf if scheduled is None else self.started + scheduled)
 
     def stats_add(self, direction: str, size: int, *, delivered: bool) -> None:
         name = f"{direction}_{'delivered' if delivered else 'bytes'}"
@@ -364,16 +241,40 @@ class _Proxy:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def wait_passable(self) -> None:
-        """In stall mode, wait out an outage; in refuse mode the monitor resets instead."""
+    async def wait_passable(self, channel: Channel) -> None:
+        """Before a piece of `channel` is delivered: in stall mode, wait out an outage; in
+        blackhole mode, see `_resend`; in refuse mode the monitor resets instead."""
+        if self.profile.outage_mode is OutageMode.BLACKHOLE:
+            await self._resend(channel)
         while self.down_now() and self.profile.outage_mode is OutageMode.STALL:
             await asyncio.sleep(_TICK_SECONDS)
 
+    async def _resend(self, channel: Channel) -> None:
+        """A piece due while the link is down is lost; the sender resends it at the first
+        retransmission (timed from the loss, backing off) after the link came back, and it
+        arrives a latency later. The pieces queued behind it, due by then, follow at once: what
+        a blackhole held arrives in one burst, whatever the rate. A retransmission that
+        arrives during another outage is lost too, and the timer backs off further."""
+        while True:
+            if self.down_now():
+                if channel.lost_at is None:
+                    channel.lost_at = self.now()
+                while self.down_now():
+                    await asyncio.sleep(_TICK_SECONDS)
+            if channel.lost_at is None:
+                return
+            resent = retransmission_after(channel.lost_at, self.up_since(),
+                                          self.profile.retransmit_seconds)
+            await self.sleep_until(resent + self.profile.latency_seconds)
+            if not self.down_now():
+                channel.lost_at = None
+                return
+
     async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        number = next(self.numbers)
+        number, accepted, down = next(self.numbers), self.now(), self.down_now()
         with self.lock:
             self.stats.connections += 1
-        if self.down_now() and self.profile.outage_mode is OutageMode.REFUSE:
+        if down and self.profile.outage_mode is OutageMode.REFUSE:
             self._refuse(writer)
             return
         try:
@@ -386,6 +287,9 @@ class _Proxy:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = _Connection(self, number, (reader, writer), target, self.now())
+        if down and self.profile.outage_mode is OutageMode.BLACKHOLE:
+            # The client's SYN was lost: its first bytes wait for the SYN's retransmission.
+            connection.up.lost_at = accepted
         self.connections.add(connection)
         try:
             await connection.run()
@@ -445,6 +349,8 @@ class LinkSimulator:
 
     @staticmethod
     def _force(proxy: _Proxy, down: bool) -> None:
+        if proxy.forced_down and not down:
+            proxy.forced_up_at = proxy.now()
         proxy.forced_down = down
         if down and proxy.profile.outage_mode is OutageMode.REFUSE:
             for connection in list(proxy.connections):
@@ -527,7 +433,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--loss", type=float, default=0.0,
                         help="probability a segment is lost (and retransmitted late)")
     parser.add_argument("--retransmit-ms", type=float, default=1000.0,
-                        help="how late a lost segment arrives")
+                        help="how late a lost segment arrives; a blackhole's first"
+                        " retransmission timeout")
     parser.add_argument("--outage-every", type=float, default=0.0,
                         help="seconds between outage starts (0: none)")
     parser.add_argument("--outage-seconds", type=float, default=0.0, help="outage length")

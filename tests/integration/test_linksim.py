@@ -1,5 +1,6 @@
 """The link simulator relaying real TCP on loopback: bytes arrive intact and in order both
-ways, outages refuse or hold, resets close connections, and the link comes back."""
+ways, outages refuse, hold or lose bytes (then resent at the sender's next retransmission),
+resets close connections, and the link comes back."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ from tidesync.linksim import (
     OutageMode,
     ResetPlan,
     connection_rng,
+    retransmission_after,
 )
 
 TIMEOUT = 30.0
@@ -98,6 +101,62 @@ def test_a_stalled_link_holds_bytes_and_delivers_them_after(
         sock.settimeout(TIMEOUT)
         assert receive(sock, len(b"held while down")) == b"held while down"
         assert link.stats.resets == 0
+
+
+BLACKHOLE = LinkProfile(outage_mode=OutageMode.BLACKHOLE, retransmit_seconds=0.5)
+SLACK = 0.05  # the link's clock and the test's are one (monotonic); this is for rounding
+
+
+def test_bytes_lost_in_a_blackhole_arrive_at_the_next_retransmission_after_it(
+        echo_server: tuple[str, int]) -> None:
+    with LinkSimulator(echo_server, BLACKHOLE) as link, connect(link) as sock:
+        assert echo(sock, b"before") == b"before"
+        link.set_down(True)
+        time.sleep(0.1)  # set_down takes effect on the link's thread
+        written = time.monotonic()  # the link reads them, and loses them, no earlier
+        sock.sendall(b"lost while down")
+        sock.settimeout(2.0)
+        with pytest.raises(TimeoutError):
+            sock.recv(100)
+        up = time.monotonic()
+        link.set_down(False)
+        sock.settimeout(TIMEOUT)
+        answer = receive(sock, len(b"lost while down"))
+        answered = time.monotonic()
+        assert echo(sock, b"after") == b"after"  # the same connection, not reset
+        stats = link.stats
+    assert answer == b"lost while down"
+    # Resent 0.5, 1.5 and 3.5 s after the loss: the link was back after about 2 s.
+    resent = retransmission_after(written, up, BLACKHOLE.retransmit_seconds)
+    assert resent - written == pytest.approx(3.5)
+    assert answered >= resent - SLACK
+    assert stats.resets == 0 and stats.refused == 0 and stats.connections == 1
+
+
+def test_a_connection_opened_in_a_blackhole_sends_at_its_syn_retransmission(
+        echo_server: tuple[str, int]) -> None:
+    with LinkSimulator(echo_server, BLACKHOLE) as link:
+        link.set_down(True)
+        time.sleep(0.1)
+        opened = time.monotonic()
+        with connect(link) as sock:  # the kernel accepts on loopback at once
+            sock.sendall(b"first")
+            sock.settimeout(1.8)
+            with pytest.raises(TimeoutError):
+                sock.recv(100)
+            up = time.monotonic()
+            link.set_down(False)
+            sock.settimeout(TIMEOUT)
+            answer = receive(sock, len(b"first"))
+            answered = time.monotonic()
+            assert echo(sock, b"then at once") == b"then at once"
+        stats = link.stats
+    assert answer == b"first"
+    # The SYN was resent 0.5, 1.5 and 3.5 s after the connect: the link was back after 2 s.
+    resent = retransmission_after(opened, up, BLACKHOLE.retransmit_seconds)
+    assert resent - opened == pytest.approx(3.5)
+    assert answered >= resent - SLACK
+    assert stats.resets == 0 and stats.refused == 0 and stats.connections == 1
 
 
 def test_a_refusing_outage_resets_connections_and_the_link_comes_back(

@@ -37,7 +37,8 @@ ALLOWED: dict[str, set[str]] = {
     "failpoints": set(),
     "embedded_store": {"domain"},
     "localservices": {"domain", "embedded_store"},
-    "linksim": {"domain"},
+    "linkmodel": {"domain"},
+    "linksim": {"domain", "linkmodel"},
     # The configuration is made of the layers' own settings types.
     "config": {"domain", *(f"{layer}.settings" for layer in LAYERS)},
     "bootstrap": {*LAYERS, "config", "embedded_store", "failpoints"},

@@ -1,5 +1,6 @@
 """The link simulator's arithmetic, on an injected clock: bandwidth accounting, latency, loss
-stalls, outage windows, and that seeded draws repeat."""
+stalls, outage windows, the retransmission backoff after a blackhole, and that seeded draws
+repeat."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from tidesync.linksim import (
     Channel,
     LinkProfile,
     LinkProfileError,
+    OutageMode,
     OutageSchedule,
     ResetPlan,
     Serializer,
     connection_rng,
+    retransmission_after,
 )
 
 NO_OUTAGES = OutageSchedule(0.0, 0.0, 0.0)
@@ -53,6 +56,80 @@ def test_nothing_leaves_during_a_scheduled_outage() -> None:
     outages = OutageSchedule(every=10.0, duration=2.0, offset=4.0)
     serializer = Serializer(rate=1000.0, outages=outages, started=100.0)
     assert serializer.depart(100, now=104.5) == pytest.approx(106.1)
+
+
+def test_bytes_leave_into_a_blackhole_but_wait_out_a_stall() -> None:
+    """In a blackhole the bytes leave on time and are lost on the way (the channel's delivery
+    then waits for the retransmission); a stall holds them until the window ends."""
+    outages = OutageSchedule(every=10.0, duration=2.0, offset=4.0)
+    stall = Serializer(1000.0, outages, started=100.0, mode=OutageMode.STALL)
+    blackhole = Serializer(1000.0, outages, started=100.0, mode=OutageMode.BLACKHOLE)
+    assert stall.depart(100, now=104.5) == pytest.approx(106.1)
+    assert blackhole.depart(100, now=104.5) == pytest.approx(104.6)
+    assert blackhole.depart(100, now=104.5) == pytest.approx(104.7)  # still at the rate
+
+
+def test_the_last_outage_that_ended() -> None:
+    outages = OutageSchedule(every=60.0, duration=10.0, offset=50.0)
+    assert outages.last_end(59.9) is None
+    assert outages.last_end(60.0) == 60.0
+    assert outages.last_end(119.9) == 60.0
+    assert outages.last_end(125.0) == 120.0
+    assert OutageSchedule(0, 0, 0).last_end(1000) is None
+
+
+@pytest.mark.parametrize(("up_at", "expected"), [
+    (10.0, 15.0),  # retransmissions at 1, 3, 7, 15
+    (100.0, 127.0),  # ... 31, 63, 127
+    (0.5, 1.0),  # back before the first retransmission: it goes on time
+    (7.0, 7.0),  # back exactly as one goes
+    (7.000001, 15.0),
+    (-5.0, 1.0),  # never down after the loss
+])
+def test_a_lost_segment_is_resent_at_the_first_retransmission_after_the_link_returns(
+        up_at: float, expected: float) -> None:
+    assert retransmission_after(0.0, up_at, rto=1.0) == pytest.approx(expected)
+
+
+def test_retransmissions_are_timed_from_the_loss() -> None:
+    assert retransmission_after(100.0, 110.0, rto=1.0) == pytest.approx(115.0)
+    assert retransmission_after(103.0, 110.0, rto=1.0) == pytest.approx(110.0)  # 104, 106, 110
+    assert retransmission_after(0.0, 3.0, rto=0.5) == pytest.approx(3.5)  # 0.5, 1.5, 3.5
+
+
+def test_the_backoff_stops_growing_at_the_cap() -> None:
+    # Intervals 1, 2, 4, then 4 for ever: 1, 3, 7, 11, 15, 19.
+    assert [retransmission_after(0.0, up, rto=1.0, cap=4.0) for up in (1, 2, 4, 8, 12, 16)] \
+        == [1.0, 3.0, 7.0, 11.0, 15.0, 19.0]
+    assert retransmission_after(0.0, 3.0, rto=10.0, cap=4.0) == pytest.approx(4.0)
+    # Linux's default cap of 120 s: 127, then every 120 s.
+    assert retransmission_after(0.0, 200.0, rto=1.0) == pytest.approx(247.0)
+
+
+def test_a_huge_gap_is_counted_not_walked() -> None:
+    # 1, 3, ..., 127, then 120 s apart: 127 + 83_333 * 120 is the first at or after 1e7.
+    assert retransmission_after(0.0, 1e7, rto=1.0) == 10_000_087.0
+    # 1e13 retransmissions of a microsecond apart: walking them one by one would not return.
+    assert retransmission_after(0.0, 1e7, rto=1e-9, cap=1e-6) == pytest.approx(1e7)
+    assert retransmission_after(0.0, 1e15, rto=1.0) == 127.0 + math.ceil((1e15 - 127) / 120) * 120
+
+
+def test_without_a_retransmission_timer_the_bytes_go_when_the_link_returns() -> None:
+    assert retransmission_after(0.0, 12.5, rto=0.0) == 12.5
+
+
+@settings(max_examples=300, deadline=None)
+@given(lost_at=st.floats(0, 1e4), gap=st.floats(0, 1e6), rto=st.floats(0.01, 10),
+       cap=st.floats(0.5, 200))
+def test_the_resend_is_the_first_retransmission_at_or_after_the_return(
+        lost_at: float, gap: float, rto: float, cap: float) -> None:
+    up_at = lost_at + gap
+    resent = retransmission_after(lost_at, up_at, rto, cap)
+    assert resent >= up_at
+    # The timer has waited at least half its interval since the loss, so the resend comes
+    # less than twice the outage after the return, and at most `cap` after it, unless it is the
+    # first retransmission.
+    assert resent <= max(up_at + min(2 * gap, cap), lost_at + min(rto, cap)) + 1e-6
 
 
 def test_outage_windows_repeat_from_the_offset() -> None:
