@@ -2,14 +2,14 @@
 through the same simulated link in the same run.
 
 The link (tidesync.linksim): 128 KiB/s each way, 300 ms each way, 5% of 1400-byte segments
-arriving a second late, a 10 s outage (connections reset) every 60 s, random resets (one per
-4 MiB relayed on average). The ship client (real queue, state and HTTP link) uploads a backlog
-of small rows (a few columns) and of large rows (about 3 KB of text each) to a real shore
-(`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go twice: with the
-default settings (no uplink limit: bodies paced at the rate the uploads measure, from a
-cautious start) and with the ship's uplink limit set to the link's rate
-(`[ship] uplink_rate_bytes_per_sec`: bodies written as fast as the link takes them, taking
-turns).
+arriving a second late, a 10 s outage (connections reset; `--outage-mode blackhole`: what it
+catches is dropped, and each connection resumes at its next retransmission) every 60 s, random
+resets (one per 4 MiB relayed on average). The ship client (real queue, state and HTTP link)
+uploads a backlog of small rows (a few columns) and of large rows (about 3 KB of text each) to a
+real shore (`tidesync shore serve` in a process of its own, PostgreSQL); the large rows go
+twice: with the default settings (no uplink limit: bodies paced at the rate the uploads measure,
+from a cautious start) and with the ship's uplink limit set to the link's rate (`[ship]
+uplink_rate_bytes_per_sec`: bodies written as fast as the link takes them, taking turns).
 Per workload: goodput of accepted upload payload (compressed batch bytes answered RECEIVED, or
 recalled by batch id after a lost answer) while the backlog lasts, bytes sent up and
 acknowledgement bytes down per payload byte, and how long after each outage ended the first
@@ -23,6 +23,7 @@ upload starts and those on their way finish, so their bytes count on both sides.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import dataclasses
 import datetime as dt
@@ -93,13 +94,22 @@ MASTER_KEY = base64.b64encode(os.urandom(32)).decode("ascii")
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-def link_profile(size: dict[str, float], seed: int) -> LinkProfile:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--outage-mode", choices=[mode.value for mode in OutageMode],
+                        default=OutageMode.REFUSE.value,
+                        help="how outages treat connections: refuse (reset them; the default),"
+                             " blackhole (drop what they catch: each connection resumes at its"
+                             " next retransmission) or stall (hold bytes until the end)")
+
+
+def link_profile(size: dict[str, float], seed: int,
+                 mode: OutageMode = OutageMode.REFUSE) -> LinkProfile:
     """The satellite link; the outage falls mid-cycle so the run sees the link come back."""
     return LinkProfile(
         rate_bytes_per_second=RATE, latency_seconds=0.3, loss=0.05, retransmit_seconds=1.0,
         outage_every_seconds=size["every"], outage_seconds=size["outage"],
         outage_offset_seconds=(size["every"] - size["outage"]) / 2,
-        outage_mode=OutageMode.REFUSE, resets_per_mib=0.25, seed=seed)
+        outage_mode=mode, resets_per_mib=0.25, seed=seed)
 
 
 @dataclasses.dataclass
@@ -113,13 +123,15 @@ class Phase:
     recoveries: list[float]
 
 
-def run(report: Report, quick: bool = False) -> None:
+def run(report: Report, quick: bool = False, outage_mode: str = OutageMode.REFUSE.value
+        ) -> None:
     size = QUICK if quick else FULL
+    mode = OutageMode(outage_mode)
     logging.getLogger("tidesync").setLevel(logging.ERROR)  # retries are expected here
     with PostgresDatabase() as database, TansuBroker() as broker:
         migrate_postgres(database.dsn)
         config = shore_config(database)
-        raw, raw_stats = raw_goodput(link_profile(size, seed=1), size["seconds"])
+        raw, raw_stats = raw_goodput(link_profile(size, 1, mode), size["seconds"])
         report.add("raw bulk HTTP POST through the link (256 KiB bodies)", raw / 1024, "KiB/s")
         report.add("…its link bytes up per byte accepted", raw_stats.up_bytes / max(
             1, raw_stats.up_delivered), "")
@@ -133,13 +145,14 @@ def run(report: Report, quick: bool = False) -> None:
                     ("large rows", int(size["large"]), LARGE_TEXT, (0, 1)),
                     ("large rows, uplink limit at the link's rate", int(size["large"]),
                      LARGE_TEXT, PLAN_UPLINK)):
-                phase = upload_phase(config, shore_url, broker, name, rows, text, size, uplink)
+                phase = upload_phase(config, shore_url, broker, name, rows, text, size, uplink,
+                                     mode)
                 _describe(report, name, phase, raw)
                 ratios.append(phase.goodput / raw)
     report.set_ratio(min(ratios), (
         "the worse of the two workloads' goodput (compressed upload payload accepted per second"
         " while a backlog exists) ÷ a raw bulk HTTP POST's goodput through the same simulated"
-        " link (128 KiB/s, 300 ms each way, 5% segment loss, outages, resets)"))
+        f" link (128 KiB/s, 300 ms each way, 5% segment loss, outages ({mode.value}), resets)"))
 
 
 def _describe(report: Report, name: str, phase: Phase, raw: float) -> None:
@@ -320,7 +333,8 @@ def run_client(ship: ShipConfig, link: CountingLink, stop: threading.Event) -> N
 
 
 def upload_phase(config: Config, shore_url: str, broker: TansuBroker, name: str, rows: int,
-                 text: int, size: dict[str, float], uplink: tuple[int, int] = (0, 1)) -> Phase:
+                 text: int, size: dict[str, float], uplink: tuple[int, int] = (0, 1),
+                 mode: OutageMode = OutageMode.REFUSE) -> Phase:
     """One workload; `uplink`: the ship's `uplink_rate_bytes_per_sec` and burst."""
     prefix = f"sync.cdc.link{uuid.uuid4().hex[:8]}"
     writer = DebeziumEnvelopeWriter(prefix)
@@ -330,7 +344,7 @@ def upload_phase(config: Config, shore_url: str, broker: TansuBroker, name: str,
     secret, secret_text = register(config, node_id)
     port = int(shore_url.rsplit(":", 1)[1])
     with tempfile.TemporaryDirectory(prefix="tidesync-bench-link-") as state_dir, \
-            LinkSimulator(("127.0.0.1", port), link_profile(size, seed=2)) as link:
+            LinkSimulator(("127.0.0.1", port), link_profile(size, 2, mode)) as link:
         ship = ShipConfig(node_id=node_id, shore_url=link.url, secret=secret_text,
                           state_path=f"{state_dir}/ship.sqlite",
                           kafka_bootstrap_servers=broker.bootstrap_servers,

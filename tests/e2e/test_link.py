@@ -62,3 +62,40 @@ def test_outages_and_resets_end_with_both_sides_equal_and_each_event_applied_onc
         check_shore(pg_database, shore_mariadb, shore, capture, events)
     assert counts == {"TERMINAL": events}
     assert stats.resets > 0  # the link did cut requests short
+
+
+SILENT = LinkProfile(
+    rate_bytes_per_second=16 * 1024, latency_seconds=0.1, loss=0.02, retransmit_seconds=0.5,
+    outage_every_seconds=60.0, outage_seconds=8.0, outage_mode=OutageMode.BLACKHOLE,
+    outage_offset_seconds=3.0,  # while the first uploads are on their way
+    seed=5)
+
+
+def test_a_link_gone_silent_ends_with_both_sides_equal_and_stuck_requests_given_up(
+        pg_database: Any, shore_mariadb: Any, kafka_broker: Any, make_mariadb_database: Any,
+        tmp_path: Path) -> None:
+    """A blockage that drops packets instead of refusing them: nothing fails until a request
+    times out, and the connections it caught resume only at their retransmissions. The ship
+    notices the silence, probes, and once the link answers gives up what is stuck (the
+    timeout here is a minute: longer than the whole run)."""
+    database = make_mariadb_database(shore_mariadb)
+    capture = ItemsCapture(database)
+    records = workload(capture, rows=1200, updates=400, deletes=40)
+    produce(kafka_broker.bootstrap_servers, records)
+    events = sum(1 for r in records if r.value is not None)
+    with shore_for_ship(pg_database, shore_mariadb, database) as shore, \
+            LinkSimulator(("127.0.0.1", port_of(shore.url)), SILENT) as link:
+        config = dataclasses.replace(
+            ship_config(shore, kafka_broker, tmp_path / "ship.sqlite"), shore_url=link.url,
+            request_timeout_seconds=60, upload_request_ms=500)
+        client = build_client(config)
+        try:
+            assert client.run(until_idle=True, timeout=120) is ExitCode.IDLE
+            counts = client.state.state_counts()
+            given_up = client.link.counters.given_up  # type: ignore[attr-defined]
+        finally:
+            client.close()
+        stats = link.stats
+        check_shore(pg_database, shore_mariadb, shore, capture, events)
+    assert counts == {"TERMINAL": events}
+    assert given_up > 0 and stats.resets >= given_up  # each given up with a reset

@@ -3,9 +3,11 @@ success resets every schedule that waited for the link — but not waits the sho
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import random
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -152,3 +154,85 @@ def test_the_end_of_a_blip_is_not_a_warning(caplog: pytest.LogCaptureFixture) ->
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.INFO, "the shore answers again after 0 s without a link: requests resume"),
         (logging.WARNING, "the shore answers again after 5 s without a link: requests resume")]
+
+
+# ----------------------------------------------------------------------------- a silent link
+
+
+class ManualProber(concurrent.futures.Executor):
+    """Runs each probe when the test says so, as a thread would finish it later."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[concurrent.futures.Future[bool], Callable[[], bool]]] = []
+
+    def submit(self, fn: Callable[..., bool], /, *args: object, **kwargs: object
+               ) -> concurrent.futures.Future[bool]:
+        future: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self.waiting.append((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def finish(self) -> None:
+        for future, call in self.waiting:
+            future.set_result(call())
+        self.waiting.clear()
+
+
+def _silent_recovery(answers: list[bool]) -> tuple[LinkRecovery, _Probe, ManualProber, list[float]]:
+    prober = ManualProber()
+    recovery = LinkRecovery(Backoff(0.5, 30.0), random.Random(3), prober=prober)
+    returned: list[float] = []
+    recovery.on_return.append(returned.append)
+    return recovery, _Probe(answers), prober, returned
+
+
+def test_requests_without_answers_are_checked_by_a_probe_and_a_silent_link_is_down() -> None:
+    recovery, link, prober, returned = _silent_recovery([False, False, True])
+    recovery.suspect(link, 10.0, since=4.0)
+    recovery.suspect(link, 10.5, since=4.0)  # one check at a time
+    assert len(prober.waiting) == 1 and recovery.down_since is None
+    prober.finish()  # no answer: the link went silent when the answers stopped
+    assert not recovery.collect(13.0)
+    assert recovery.down_since == 4.0 and recovery.suspected_since is None
+    # Probes now go side by side, each on its own thread, while the link stays down.
+    now = 13.0
+    while len(prober.waiting) < 2:
+        recovery.probe(link, now)
+        now += 0.1
+    first_sent, second_sent = (sent for _, sent in recovery._probes)
+    prober.waiting[0][0].set_result(link.probe())  # the first one sent: still no answer
+    prober.waiting.pop(0)
+    assert not recovery.collect(now) and not returned
+    prober.finish()  # one sent after the link came back gets through
+    assert recovery.collect(now + 1.0)
+    assert returned == [second_sent] and first_sent < second_sent
+    assert recovery.down_since is None
+
+
+def test_a_probe_that_gets_through_during_the_check_means_the_requests_are_only_slow() -> None:
+    recovery, link, prober, returned = _silent_recovery([True])
+    upload = recovery.schedule(Backoff())
+    recovery.suspect(link, 10.0, since=4.0)
+    prober.finish()
+    assert not recovery.collect(10.7)
+    assert recovery.down_since is None and recovery.suspected_since is None
+    assert upload.due(10.7) and not returned  # nothing was given up
+
+
+def test_requests_that_end_a_refusing_outage_give_nothing_up() -> None:
+    recovery, _, _, returned = _silent_recovery([])
+    upload = recovery.schedule(Backoff())
+    upload.failed(0.0, link_down=True)
+    upload.succeeded()  # a request got through: no probe says since when the link works
+    assert recovery.down_since is None and not returned
+
+
+def test_a_check_without_an_answer_in_time_means_down_and_its_late_answer_means_back() -> None:
+    recovery, link, prober, returned = _silent_recovery([True])
+    recovery.suspect(link, 10.0, since=6.0)
+    assert not recovery.collect(10.0 + recovery.check_seconds / 2)
+    assert recovery.down_since is None  # not yet: the check may still answer in time
+    assert not recovery.collect(10.0 + recovery.check_seconds + 0.1)
+    assert recovery.down_since == 6.0
+    prober.finish()  # it got through at its retransmission, after the link came back
+    assert recovery.collect(20.0)
+    assert returned == [10.0] and recovery.down_since is None

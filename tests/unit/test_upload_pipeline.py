@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.clocks import ManualClock
+from tests.unit.test_link_recovery import ManualProber
 from tests.unit.test_ship_state import NODE, event_record
 from tidesync.domain.backoff import Backoff
 from tidesync.ingress.answers import compact_answer
@@ -411,3 +412,76 @@ def test_the_start_never_puts_more_on_the_link_than_a_settled_request() -> None:
     assert max(sizes) <= rate * pace.settings.request_seconds * 1.25
     # …and the three requests still keep the link full.
     assert goodput >= 0.95 * rate
+
+
+class SilentShore(FakeShore):
+    """Takes the first `stuck` uploads, then their connections go silent: they end only when
+    given up (`abandon`), as STALLED. Probes answer as scripted."""
+
+    def __init__(self, stuck: int, probes: list[bool]) -> None:
+        super().__init__()
+        self.stuck, self.probes = stuck, probes
+        self.released = threading.Event()
+        self.waiting = 0
+
+    def upload(self, batch: OutgoingBatch) -> pb.UploadBatchResponse:
+        answer = super().upload(batch)
+        if len(self.uploads) > self.stuck:
+            return answer
+        self.waiting += 1
+        self.released.wait(30)
+        error = LinkDown(LinkReason.STALLED, "given up")
+        error.answer_lost = True  # the body went out whole: the shore may have it
+        raise error
+
+    def probe(self) -> bool:
+        return self.probes.pop(0)
+
+    def abandon(self, started_before: float) -> int:
+        self.released.set()
+        return self.waiting
+
+
+def test_uploads_stuck_in_a_silent_link_are_given_up_when_it_answers_and_asked_after(
+        state: SQLiteShipState) -> None:
+    clock, shore = ManualClock(), SilentShore(stuck=2, probes=[False, True])
+    uploads, hooks, ids = pipeline(state, shore, clock, events=40, slots=2)
+    uploads.pace = LinkPace(PaceSettings(initial_bytes=400, min_bytes=400, max_bytes=400))
+    prober = ManualProber()
+    recovery = LinkRecovery(Backoff(0.5, 30.0), random.Random(5), prober=prober)
+
+    def give_up(up_at: float) -> None:
+        shore.abandon(up_at)
+
+    recovery.on_return.append(give_up)
+    uploads.retry = recovery.schedule(Backoff(1.0, 300.0))
+    try:
+        uploads.step(blocked=False)
+        assert len(uploads.flights) == 2
+        while shore.waiting < 2:  # both on their way, and no answer comes
+            threading.Event().wait(0.01)
+        clock.advance(uploads.patience() - 0.5)
+        uploads.step(blocked=False)
+        assert recovery.suspected_since is None  # not yet overdue
+        clock.advance(1.0)
+        uploads.step(blocked=False)
+        assert recovery.suspected_since is not None and len(prober.waiting) == 1
+        prober.finish()  # no answer to the check: the link went silent
+        recovery.collect(clock.monotonic())
+        assert recovery.down_since is not None and len(uploads.flights) == 2
+        clock.advance(10.0)
+        recovery.probe(shore, clock.monotonic())  # the link is back: this probe gets through
+        prober.finish()
+        assert recovery.collect(clock.monotonic())  # ... and the stuck uploads are given up
+        while uploads.flights and not all(f.future.done() for f in uploads.flights):
+            threading.Event().wait(0.01)
+        for _ in range(20):  # no clock advance: nothing waits for a backoff
+            uploads.step(blocked=False)
+            for flight in list(uploads.flights):
+                flight.future.result(timeout=30)
+    finally:
+        uploads.close()
+    assert hooks.received == set(ids)
+    assert shore.fates == [batch.batch_id for batch in shore.uploads[:2]]
+    assert len(shore.uploads) == len({batch.batch_id for batch in shore.uploads})  # none twice
+    assert uploads.retry.attempt == 0

@@ -30,6 +30,7 @@ from tidesync.ship.consumer import QueueConsumer, QueueReason
 from tidesync.ship.downlink import Downlink, DownlinkSettings
 from tidesync.ship.remote_apply import RemoteApplier
 from tidesync.ship.resend import QueueResender
+from tidesync.ship.retries import link_recovery
 from tidesync.ship.rules import MaskKeyError, SchemaUnavailable, ShipRules
 from tidesync.ship.send_schedule import SendSchedules, TrustedClock
 from tidesync.ship.shore_answers import applied_ranges, terminal_results
@@ -57,7 +58,6 @@ from tidesync.ship.transport import (
     LinkDown,
     LinkError,
     LinkReason,
-    LinkRecovery,
     RetrySchedule,
     ShoreLink,
     link_is_down,
@@ -109,9 +109,10 @@ class ShipClient:
         self.health = HealthBoard()
         # The first success after an outage resets every request's schedule (not the identity
         # probe's: that one waits for the shore, not the link).
-        self.recovery = LinkRecovery(
-            Backoff(settings.probe_initial_seconds, settings.probe_max_seconds), self.rng,
-            monotonic=monotonic)
+        remote = bool(getattr(link, "remote", False))
+        self.recovery = link_recovery(
+            link, Backoff(settings.probe_initial_seconds, settings.probe_max_seconds), self.rng,
+            monotonic)
         self.upload_retry = self.recovery.schedule(self.backoff)
         self.receipts_retry = self.recovery.schedule(self.backoff)
         self.heartbeat_retry = self.recovery.schedule(self.backoff)
@@ -139,7 +140,7 @@ class ShipClient:
         self.downlink: Downlink | None = None
         self.sync_states: SyncStates = tuple  # set by `tidesync.bootstrap.sync_states`
         # Receipts, heartbeats and config travel beside the uploads on a remote link.
-        self.side = SideRequests(threaded=bool(getattr(link, "remote", False)))
+        self.side = SideRequests(threaded=remote)
 
     def enable_downlink(self, settings: DownlinkSettings, target: TargetApplier) -> Downlink:
         """Apply shore commands to `target` (the ship's business database) from now on."""
@@ -190,6 +191,7 @@ class ShipClient:
         now = self.monotonic()
         if self.topics.due(now):
             self._refresh_topics(now)
+        self.recovery.collect(now)
         if self.node_blocked is None and not self.uploads.probes_link():
             self.recovery.probe(self.link, now)  # while the link is down
         self._fetch_config()
@@ -452,6 +454,9 @@ class ShipClient:
         if error.disposition is Disposition.BLOCK_NODE:
             self._block_node(error)
             return
+        if error.reason == LinkReason.STALLED:  # given up once the link answered again
+            log.info("%s request given up after the outage: it goes again", what)
+            return
         delay = schedule.failed(self.monotonic(), error.retry_after,
                                 link_down=link_is_down(error))
         log.log(schedule.log_level(), "%s request failed (%s); retry %s", what, error.reason,
@@ -581,6 +586,7 @@ class ShipClient:
     def close(self) -> None:
         self.uploads.close()
         self.side.close()
+        self.recovery.close()
         close = getattr(self.link, "close", None)
         if close is not None:
             close()

@@ -5,6 +5,7 @@ and makes every waiting request due at once when one does.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 import random
@@ -108,6 +109,24 @@ class LinkRecovery:
     monotonic: Callable[[], float] | None = None
     """The clock `down_since` is on, to say how long the link was down when a request (not
     a probe) finds it working again; None: not said."""
+    prober: concurrent.futures.Executor | None = None
+    """Runs probes off the client's thread, several side by side (`max_probes`): on a link
+    that drops packets a probe gets no answer until its timeout, and one sent after the link
+    came back must not wait for those sent before. None: each probe runs on the client's
+    thread and ends before the next starts (links without a round trip)."""
+    max_probes: int = 8
+    on_return: list[Callable[[float], None]] = field(default_factory=list)
+    """Called with the time a probe that got through was sent, when the link answers again
+    after it was down: requests still on their way from before then are stuck (see
+    `HttpShoreLink.abandon`)."""
+    suspected_since: float | None = None
+    """Requests have had no answer since then and a probe checks whether the link went silent
+    (see `suspect`); None: no check under way."""
+    check_seconds: float = 3.0
+    """How long that probe may take: one without an answer by then says the link is down
+    (a probe sent into a silent link gets through only at its retransmissions, if ever)."""
+    _check_sent: float = 0.0
+    _probes: list[tuple[concurrent.futures.Future[bool], float]] = field(default_factory=list)
 
     def schedule(self, backoff: Backoff) -> RetrySchedule:
         """A new retry schedule that this recovery resets."""
@@ -126,15 +145,74 @@ class LinkRecovery:
     def probe(self, link: object, now: float) -> bool:
         """Probe `link` if the link is down and a probe is due; True when it answered (every
         schedule that waited for it is then due at once). Links without a probe (fakes,
-        benchmarks) are left to their requests' own schedules."""
+        benchmarks) are left to their requests' own schedules. With a `prober`, the probe
+        goes on its thread and a later call (or `collect`) sees its answer."""
         probe = getattr(link, "probe", None)
-        if probe is None or not self.probe_due(now):
+        if probe is None:
+            return False
+        if self.prober is not None:
+            if self.collect(now):
+                return True
+            if self.probe_due(now) and len(self._probes) < self.max_probes:
+                self._launch(probe, now)
+                self.probe_failed(now)  # the next probe's time, unless this one answers
+            return False
+        if not self.probe_due(now):
             return False
         if not probe():
             self.probe_failed(now)
             return False
         self.works(now)
         return True
+
+    def suspect(self, link: object, now: float, since: float) -> None:
+        """Requests on their way have had no answer since `since`, longer than they should
+        take: a link that drops packets fails no request until its timeout, so a probe checks
+        it. If the probe gets no answer, the link is down since `since`; if it does, the
+        requests are just slow. Only with a `prober`, and one check at a time."""
+        probe = getattr(link, "probe", None)
+        if (probe is None or self.prober is None or self.down_since is not None
+                or self.suspected_since is not None):
+            return
+        self.suspected_since, self._check_sent = since, now
+        log.info("no answer from the shore for %.0f s: probing the link", now - since)
+        self._launch(probe, now)
+
+    def collect(self, now: float) -> bool:
+        """Take the answers of the probes that ended; True when one found the link working
+        again after it was down."""
+        answered = False
+        for future, sent in [entry for entry in self._probes if entry[0].done()]:
+            self._probes.remove((future, sent))
+            try:
+                works = future.result()
+            except Exception:  # noqa: BLE001 - a probe that broke answered nothing
+                works = False
+            if works:
+                if self.down_since is not None:
+                    self.works(now, up_at=sent)
+                    answered = True
+                self.suspected_since = None
+            elif self.suspected_since is not None and self.down_since is None:
+                self._silent(now)
+        if self.suspected_since is not None and now - self._check_sent > self.check_seconds:
+            self._silent(now)  # the check's probe may still get through: then it is back
+        return answered
+
+    def _silent(self, now: float) -> None:
+        assert self.suspected_since is not None
+        log.warning("the shore has not answered for %.0f s, nor a probe: the link is down",
+                    now - self.suspected_since)
+        self.lost(self.suspected_since)
+        self.suspected_since = None
+
+    def close(self) -> None:
+        if self.prober is not None:
+            self.prober.shutdown(wait=False, cancel_futures=True)
+
+    def _launch(self, probe: Callable[[], bool], now: float) -> None:
+        assert self.prober is not None
+        self._probes.append((self.prober.submit(probe), now))
 
     def log_level(self) -> int:
         """The level of the line `probe_failed` logs: info for the 1st, 2nd, 4th, 8th … probe
@@ -161,10 +239,15 @@ class LinkRecovery:
             return 1
         return 2 + int(math.log2(down_for / self.fast_seconds))
 
-    def works(self, now: float | None = None) -> None:
-        """Something got through: the link works (`now`: when, to say how long it was down)."""
+    def works(self, now: float | None = None, up_at: float | None = None) -> None:
+        """Something got through: the link works (`now`: when, to say how long it was down;
+        `up_at`: when a probe that got through was sent, to give up what is stuck from
+        before)."""
         if now is None and self.monotonic is not None:
             now = self.monotonic()
+        if self.down_since is not None and up_at is not None:
+            for returned in self.on_return:
+                returned(up_at)
         if self.down_since is not None:
             if now is None:
                 log.warning("the shore answers again: requests resume")
@@ -179,3 +262,26 @@ class LinkRecovery:
         for schedule in self.schedules:
             if schedule.waits_for_link:
                 schedule.reset()
+
+
+def link_recovery(link: object, probe_backoff: Backoff, rng: random.Random,
+                  monotonic: Callable[[], float]) -> LinkRecovery:
+    """The recovery of a client's link: probes on threads of their own for a link with a
+    round trip, and requests stuck since the link went silent given up once it answers."""
+    remote = bool(getattr(link, "remote", False))
+    recovery = LinkRecovery(probe_backoff, rng, monotonic=monotonic, prober=(
+        concurrent.futures.ThreadPoolExecutor(LinkRecovery.max_probes,
+                                              thread_name_prefix="ship-probe")
+        if remote else None))
+    abandon = getattr(link, "abandon", None)
+    if abandon is not None:
+        def give_up_stuck(up_at: float) -> None:
+            # What is still on its way from before waits for the kernel's retransmissions:
+            # it goes again on new connections.
+            count = abandon(up_at)
+            if count:
+                log.info("%d requests stuck since the link went silent are given up and go"
+                         " again", count)
+
+        recovery.on_return.append(give_up_stuck)
+    return recovery

@@ -10,13 +10,14 @@ watches for the link's return, and the first answer resets every request's backo
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-import enum
 import hashlib
 import http.client
 import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 import urllib.parse
@@ -27,8 +28,17 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from tidesync.domain.clock import Clock
-from tidesync.domain.errors import ErrorCode, TidesyncError
 from tidesync.ship.batcher import OutgoingBatch
+from tidesync.ship.link_errors import CLOCK_SKEW_REASON as CLOCK_SKEW_REASON
+from tidesync.ship.link_errors import BatchUnknown as BatchUnknown
+from tidesync.ship.link_errors import ConnectionClosed as ConnectionClosed
+from tidesync.ship.link_errors import Disposition as Disposition
+from tidesync.ship.link_errors import LinkDown as LinkDown
+from tidesync.ship.link_errors import LinkError as LinkError
+from tidesync.ship.link_errors import LinkReason as LinkReason
+from tidesync.ship.link_errors import ShoreRefused as ShoreRefused
+from tidesync.ship.link_errors import disposition_of as disposition_of
+from tidesync.ship.link_errors import link_is_down as link_is_down
 from tidesync.ship.measured_rate import SMALL_REQUEST_BYTES
 from tidesync.ship.pacing import UplinkPacer
 from tidesync.ship.retries import LinkRecovery as LinkRecovery
@@ -55,98 +65,12 @@ LIVEZ_PATH = "/livez"
 PROTOBUF = "application/x-protobuf"
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 MAX_RESPONSE_DECOMPRESSED = 64 * 1024 * 1024
-CLOCK_SKEW_REASON = "AUTH_EXPIRED_TIMESTAMP"
 BATCH_UNKNOWN = "BATCH_UNKNOWN"
 RESUME_REFUSALS = frozenset({"RESUME_UNKNOWN", "RESUME_MISMATCH", "BAD_RESUME"})
 """A resumed upload the shore cannot complete: the whole body goes again."""
-_RETRYABLE_REASONS = frozenset({CLOCK_SKEW_REASON, "AUTH_REPLAYED"})
-"""401s that a new request fixes (a corrected clock, a fresh request id): never a block."""
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _PROBE_ANSWER_BYTES = 64 * 1024
 
-
-
-class Disposition(enum.Enum):
-    """What the client does after a failed request."""
-
-    RETRY = "RETRY"            # back off and send the same thing again
-    SPLIT = "SPLIT"            # the body is too large: send fewer events
-    BLOCK_NODE = "BLOCK_NODE"  # identity or protocol refused: stop uploading, report BLOCKED
-
-
-class LinkReason(enum.StrEnum):
-    NETWORK_ERROR = "NETWORK_ERROR"
-    TIMEOUT = "TIMEOUT"
-    BAD_RESPONSE = "BAD_RESPONSE"
-    CLOCK_SKEW = "CLOCK_SKEW"
-    RESPONSE_UNSIGNED = "RESPONSE_UNSIGNED"
-    RESPONSE_FORGED = "RESPONSE_FORGED"
-
-
-class LinkError(TidesyncError):
-    """A request that did not produce a usable answer."""
-
-    code = ErrorCode.LINK_DOWN
-
-    disposition: Disposition = Disposition.RETRY
-    answer_lost: bool = False
-    """The whole request went out and its answer did not come back: the shore may have
-    acted on it (an upload's fate is then asked before the batch goes again)."""
-    body_cut: bool = False
-    """The connection failed while the body was being written: part of it may have arrived
-    (an upload's fate is asked too: the shore may keep that part)."""
-
-    def __init__(self, reason: str, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.reason, self.status, self.retry_after = reason, status, retry_after
-
-
-class LinkDown(LinkError):
-    """No answer: connection refused or reset, DNS, TLS or a timeout. Always retried."""
-
-
-def link_is_down(error: LinkError) -> bool:
-    """Whether the request got no answer at all (the network, not the shore, failed)."""
-    return isinstance(error, LinkDown) and error.reason in (LinkReason.NETWORK_ERROR,
-                                                            LinkReason.TIMEOUT)
-
-
-class _ConnectionClosed(LinkDown):
-    """The peer hung up or reset the connection under the request."""
-
-
-@dataclass(frozen=True)
-class BatchUnknown:
-    """The shore has no answer to a batch but keeps the first `resume_from` bytes of its body
-    (an upload cut off mid-way): only the rest needs to go."""
-
-    resume_from: int
-
-
-class ShoreRefused(LinkError):
-    """The shore answered with an error status and (normally) an ErrorResponse."""
-
-    code = ErrorCode.SHORE_REFUSED
-
-    def __init__(self, reason: str, message: str, *, status: int,
-                 retry_after: float | None = None,
-                 server_time: dt.datetime | None = None) -> None:
-        super().__init__(reason, message, status=status, retry_after=retry_after)
-        self.disposition = disposition_of(status, reason)
-        self.server_time = server_time
-        self.resume_from = 0
-        """BATCH_UNKNOWN: the bytes of the batch's body the shore kept from a cut upload."""
-
-
-def disposition_of(status: int, reason: str = "") -> Disposition:
-    if status in (408, 429) or status >= 500 or reason in _RETRYABLE_REASONS:
-        return Disposition.RETRY
-    if status == 413:
-        return Disposition.SPLIT
-    # 401/403 identity, 426 protocol; any other 4xx is a request this client cannot fix
-    # by sending it again.
-    return Disposition.BLOCK_NODE
 
 
 class ShoreLink(Protocol):
@@ -168,12 +92,14 @@ class ShoreLink(Protocol):
 @dataclass
 class LinkCounters:
     """Physical bytes sent (retries included) and seconds spent in successful transfers;
-    connections opened, and requests that met a connection the shore had closed."""
+    connections opened, requests that met a connection the shore had closed, and requests given
+    up as stuck after the link went silent."""
 
     physical_bytes: int = 0
     active_seconds: float = 0.0
     connections_opened: int = 0
     closed_by_peer: int = 0
+    given_up: int = 0
 
 
 class _ThreadConnection(threading.local):
@@ -181,6 +107,16 @@ class _ThreadConnection(threading.local):
 
     connection: http.client.HTTPConnection | None = None
     used_at: float = 0.0
+    exchange: _Exchange | None = None
+
+
+@dataclass
+class _Exchange:
+    """A request on its way on some thread's connection, for `HttpShoreLink.abandon`."""
+
+    connection: http.client.HTTPConnection
+    started: float
+    abandoned: bool = False
 
 
 class HttpShoreLink:
@@ -212,6 +148,7 @@ class HttpShoreLink:
         """Writes upload bodies at the uplink limit (`tidesync.ship.pacing`); None: at once."""
         self._local = _ThreadConnection()
         self._open_connections: set[http.client.HTTPConnection] = set()
+        self._exchanges: dict[int, _Exchange] = {}
         self._lock = threading.Lock()
         self.counters = LinkCounters()
         self.clock_offset = dt.timedelta(0)
@@ -308,6 +245,33 @@ class HttpShoreLink:
             self._drop()
         return response.status < 500
 
+    def abandon(self, started_before: float) -> int:
+        """Give up the requests on their way that started before `started_before` (monotonic):
+        each fails at once with LinkReason.STALLED; returns how many.
+
+        After the link went silent (packets dropped, not refused), a connection that had bytes
+        on their way resumes only at its kernel's next retransmission, which backs off
+        exponentially: seconds after a short outage, minutes after a long one. Its request
+        goes again on a new connection instead (an upload asks its batch's fate first)."""
+        with self._lock:
+            stale = [exchange for exchange in self._exchanges.values()
+                     if exchange.started < started_before and not exchange.abandoned]
+            for exchange in stale:
+                exchange.abandoned = True
+            self.counters.given_up += len(stale)
+        for exchange in stale:
+            sock = exchange.connection.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    # Closed with a reset, not a FIN: a FIN would wait behind the bytes the
+                    # link lost, and the shore would hold the request (and the node's slot,
+                    # and what arrived of the body) until they got through; a reset ends it
+                    # there, and the shore keeps the part of the body it has.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                    struct.pack("ii", 1, 0))
+                    sock.shutdown(socket.SHUT_RD)  # wakes the thread waiting for the answer
+        return len(stale)
+
     def close(self) -> None:
         """Close every thread's connection (a request still running on one fails)."""
         with self._lock:
@@ -361,7 +325,7 @@ class HttpShoreLink:
         reused = local.connection is not None
         try:
             return self._send(method, target, body, paced)
-        except _ConnectionClosed as closed:
+        except ConnectionClosed as closed:
             if not reused or (not resend_unanswered and (closed.answer_lost
                                                          or closed.body_cut)):
                 raise
@@ -387,7 +351,7 @@ class HttpShoreLink:
         payload: bytes | Generator[bytes] | None = body or None
         if paced and self.pacer is not None and self.pacer.limited and body:
             # Written piece by piece as the limit allows; the length is known up front.
-            payload = self.pacer.pieces(body)
+            payload = self._unless_given_up(self.pacer.pieces(body))
             headers["Content-Length"] = str(len(body))
         try:
             return self._exchange(method, target, body, payload, headers)
@@ -395,36 +359,25 @@ class HttpShoreLink:
             if isinstance(payload, Generator):
                 payload.close()  # a write cut short gives the next body its turn now
 
+    def _unless_given_up(self, pieces: Generator[bytes]) -> Generator[bytes]:
+        """A paced body's pieces, until its request is given up (`abandon`)."""
+        try:
+            for piece in pieces:
+                exchange = self._local.exchange
+                if exchange is not None and exchange.abandoned:
+                    raise BrokenPipeError("given up")
+                yield piece
+        finally:
+            pieces.close()  # the pacer's turn goes to the next body now
+
     def _exchange(self, method: str, target: str, body: bytes,
                   payload: bytes | Generator[bytes] | None, headers: dict[str, str]) -> bytes:
         started = self.monotonic()
         self._count(sent=len(body))
-        sent = writing = False
-        try:
-            connection = self._open()
-            writing = bool(body)
-            connection.request(method, target, body=payload, headers=headers)
-            sent = True
-            response = connection.getresponse()
-            answer = response.read(MAX_RESPONSE_BYTES + 1)
-            retry_after = _retry_after(response.getheader("Retry-After"), self.clock())
-            status = response.status
-            answer_signature = response.getheader(RESPONSE_SIGNATURE_HEADER)
-        except TimeoutError as error:
-            self._drop()
-            raise _down(LinkDown(LinkReason.TIMEOUT, f"{method} timed out"), sent,
-                        writing) from error
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
-                ConnectionAbortedError) as error:
-            self._drop()
-            raise _down(_ConnectionClosed(LinkReason.NETWORK_ERROR,
-                                          f"{method} failed: {type(error).__name__}"),
-                        sent, writing) from error
-        except (OSError, http.client.HTTPException) as error:
-            self._drop()
-            raise _down(LinkDown(LinkReason.NETWORK_ERROR,
-                                 f"{method} failed: {type(error).__name__}"), sent,
-                        writing) from error
+        response, answer = self._converse(method, target, body, payload, headers, started)
+        retry_after = _retry_after(response.getheader("Retry-After"), self.clock())
+        status = response.status
+        answer_signature = response.getheader(RESPONSE_SIGNATURE_HEADER)
         self._local.used_at = self.monotonic()
         if response.will_close:
             self._drop()
@@ -439,6 +392,59 @@ class HttpShoreLink:
         if self.pacer is not None and len(body) <= SMALL_REQUEST_BYTES:
             self.pacer.round_trip(seconds)  # the first pace of a measured link
         return _decompressed(answer)
+
+    def _converse(self, method: str, target: str, body: bytes,
+                  payload: bytes | Generator[bytes] | None, headers: dict[str, str],
+                  started: float) -> tuple[http.client.HTTPResponse, bytes]:
+        """Write the request and read the answer (on this thread's connection). A request
+        given up by `abandon` fails as STALLED, whatever its thread then met."""
+        exchange: _Exchange | None = None
+        try:
+            sent = writing = False
+            try:
+                connection = self._open()
+                exchange = self._begin(connection, started)
+                writing = bool(body)
+                connection.request(method, target, body=payload, headers=headers)
+                sent = True
+                response = connection.getresponse()
+                answer = response.read(MAX_RESPONSE_BYTES + 1)
+            except TimeoutError as error:
+                self._drop()
+                raise _down(LinkDown(LinkReason.TIMEOUT, f"{method} timed out"), sent,
+                            writing) from error
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    ConnectionAbortedError) as error:
+                self._drop()
+                raise _down(ConnectionClosed(LinkReason.NETWORK_ERROR,
+                                              f"{method} failed: {type(error).__name__}"),
+                            sent, writing) from error
+            except (OSError, http.client.HTTPException) as error:
+                self._drop()
+                raise _down(LinkDown(LinkReason.NETWORK_ERROR,
+                                     f"{method} failed: {type(error).__name__}"), sent,
+                            writing) from error
+            return response, answer
+        except LinkDown as error:
+            if exchange is None or not exchange.abandoned:
+                raise
+            stalled = LinkDown(LinkReason.STALLED, f"{method} given up: the link went silent"
+                               " while it was on its way")
+            stalled.answer_lost, stalled.body_cut = error.answer_lost, error.body_cut
+            raise stalled from error
+        finally:
+            if exchange is not None:
+                self._local.exchange = None
+                with self._lock:
+                    self._exchanges.pop(id(exchange), None)
+                if exchange.abandoned:
+                    self._drop()  # shut down under it, even if the answer made it
+
+    def _begin(self, connection: http.client.HTTPConnection, started: float) -> _Exchange:
+        exchange = self._local.exchange = _Exchange(connection, started)
+        with self._lock:
+            self._exchanges[id(exchange)] = exchange
+        return exchange
 
     def _check_answer(self, request: dict[str, str], method: str, target: str, status: int,
                       answer: bytes, claimed: str | None) -> None:

@@ -45,6 +45,7 @@ from tidesync.ship.transport import (
     Disposition,
     LinkDown,
     LinkError,
+    LinkReason,
     ShoreLink,
     ShoreRefused,
     link_is_down,
@@ -58,6 +59,9 @@ _COMPRESSION_GUESS = 0.25
 """Compressed body bytes per byte of the window's size estimates, until measured."""
 _TOO_MANY_CONCURRENT = "TOO_MANY_CONCURRENT_REQUESTS"
 _TOO_MANY_EVENTS = "TOO_MANY_EVENTS"
+STALL_SECONDS = 3.0
+"""The least time requests on their way may go without any answer before a probe checks
+whether the link went silent (see `UploadPipeline._watch`)."""
 
 Answer = pb.UploadBatchResponse | BatchUnknown | None
 """An upload's answer, or a fate question's (BatchUnknown: the shore kept part of the body)."""
@@ -117,6 +121,8 @@ class UploadPipeline:
         self.held: deque[_Held] = deque()
         self.uploaded_batches = 0
         self.fates_asked = 0
+        self.heard = 0.0
+        """When a request last ended, or the first of those now on their way started."""
         self._executor = (concurrent.futures.ThreadPoolExecutor(
             self.slots, thread_name_prefix="ship-upload") if self.slots > 1 else None)
 
@@ -155,6 +161,30 @@ class UploadPipeline:
         if not blocked:
             self._start()
             self._collect()  # without threads, requests have ended already
+        self._watch(self.monotonic())
+
+    def _watch(self, now: float) -> None:
+        """Requests on their way and no answer for much longer than their bytes take: on a
+        link that drops packets (a satellite blockage) nothing fails until a timeout, so the
+        link's recovery probes whether the link went silent. When it has, the requests stuck
+        since are given up once the link answers again (`HttpShoreLink.abandon`): their
+        connections would otherwise resume only at the kernel's next retransmission, which
+        backs off to minutes."""
+        recovery = self.retry.recovery
+        if recovery is None or not self.flights or now - self.heard <= self.patience():
+            return
+        recovery.suspect(self.link, now, self.heard)
+        self.heard = now  # the next check after as long again
+
+    def patience(self) -> float:
+        """How long requests on their way may go without any answer: twice what the largest
+        one's bytes and a round trip take at the measured pace (their answers come about
+        that far apart), and at least `STALL_SECONDS`."""
+        rate = self.pace.rate
+        largest = max((_sent(flight.batch) for flight in self.flights
+                       if not flight.asks_fate), default=0)
+        transfer = largest / rate if rate else 0.0
+        return max(STALL_SECONDS, 2 * (transfer + self.pace.rtt()))
 
     def close(self) -> None:
         if self._executor is not None:
@@ -249,6 +279,8 @@ class UploadPipeline:
                 call: Callable[[], Answer], estimate: int = 0) -> None:
         now = self.monotonic()
         size = 0 if asks_fate else _sent(batch)
+        if not self.flights:
+            self.heard = now
         self.pace.started(size, now)
         if self._executor is not None:
             future = self._executor.submit(call)
@@ -265,7 +297,7 @@ class UploadPipeline:
     def _collect(self) -> None:
         for flight in [f for f in self.flights if f.future.done()]:
             self.flights.remove(flight)
-            now = self.monotonic()
+            now = self.heard = self.monotonic()
             size = 0 if flight.asks_fate else _sent(flight.batch)
             try:
                 answer = flight.future.result()
@@ -325,6 +357,9 @@ class UploadPipeline:
         self.state.mark(event_ids, EventState.RETRY_WAIT)
 
     def _fate_failed(self, batch: OutgoingBatch, error: LinkError) -> None:
+        if error.reason == LinkReason.STALLED:  # given up after an outage: ask at once
+            self.held.appendleft(_Held(batch, ask_fate=True))
+            return
         if link_is_down(error) or (error.disposition is Disposition.RETRY
                                    and isinstance(error, ShoreRefused)):
             self.held.appendleft(_Held(batch, ask_fate=True))
@@ -350,6 +385,12 @@ class UploadPipeline:
                 return
         if error.disposition is Disposition.SPLIT:
             self._split(batch, error)
+            return
+        if error.reason == LinkReason.STALLED:
+            # Given up once the link answered again after an outage: its fate is asked now,
+            # with no wait (the link works).
+            self.state.mark(ids, EventState.RETRY_WAIT)
+            self.held.append(_Held(batch, ask_fate=error.answer_lost or error.body_cut))
             return
         if error.reason == WireReason.UNSUPPORTED_PROTOCOL and batch.wire_version > 1:
             # A shore of protocol major 1 only: the same events go again as UploadBatch.
