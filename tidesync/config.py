@@ -121,11 +121,11 @@ class ShoreConfig(ShoreTlsSettings, ShoreHttpSettings, ShoreWireSettings):
     master_key_file: str = "tidesync-data/master.key"
     master_key: str = field(default="", metadata={"secret": True})
     # Per-node and global request limits of the sync API (429 + Retry-After beyond them).
-    # A ship keeps 2 uploads in flight plus one other request; the fourth slot covers a
+    # A ship keeps 3 uploads in flight plus one other request; the fifth slot covers a
     # request the shore still finishes after the ship gave up on it (a reset link).
     node_requests_per_second: int = 10
     node_request_burst: int = 20
-    node_max_concurrent_requests: int = 4
+    node_max_concurrent_requests: int = 5
     max_in_flight_requests: int = 64
     # Per-node quotas of request body bytes (429 + Retry-After, BYTE_QUOTA_MINUTE / _DAY).
     node_bytes_per_minute: int = 64 * 1024 * 1024

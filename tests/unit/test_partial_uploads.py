@@ -3,15 +3,19 @@ on all of them, an age limit, and resume points read strictly."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
+from starlette.requests import Request
 
 from tidesync.ingress.upload_bodies import (
+    BodyStalled,
     PartialUploads,
     ResumePoint,
     ResumeRefused,
     body_digest,
+    read_body,
     resume_point,
 )
 
@@ -62,3 +66,32 @@ def test_resume_points_and_digests_are_read_strictly() -> None:
         assert (refused.value.status, refused.value.reason) == (400, "BAD_RESUME")
     assert body_digest(A) == A
     assert body_digest("nope") is None and body_digest(None) is None
+
+
+def _request(chunks: list[bytes], then_stall: bool) -> Request:
+    """A request whose body arrives as `chunks`, then ends, or stops arriving."""
+    queue = list(chunks)
+
+    async def receive() -> dict[str, object]:
+        if queue:
+            return {"type": "http.request", "body": queue.pop(0), "more_body": True}
+        if then_stall:
+            await asyncio.Event().wait()  # the client went silent
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    return Request({"type": "http", "method": "POST", "path": "/", "headers": []}, receive)
+
+
+def test_a_body_that_stops_arriving_is_given_up_and_what_arrived_is_kept() -> None:
+    kept: list[bytes] = []
+    with pytest.raises(BodyStalled) as stalled:
+        asyncio.run(read_body(_request([b"abc", b"def"], then_stall=True), 1 << 20,
+                              on_cut=kept.append, idle_seconds=0.2))
+    assert kept == [b"abcdef"]
+    assert (stalled.value.status, stalled.value.reason) == (408, "BODY_STALLED")
+
+
+def test_a_body_that_keeps_arriving_is_read_whole() -> None:
+    body = asyncio.run(read_body(_request([b"abc", b"def"], then_stall=False), 1 << 20,
+                                 idle_seconds=0.2))
+    assert body == b"abcdef"

@@ -63,6 +63,8 @@ from tidesync.ingress.rules import (
 )
 from tidesync.ingress.stores import SyncTables
 from tidesync.ingress.upload_bodies import (
+    BODY_IDLE_SECONDS,
+    BodyStalled,
     PartialUploads,
     ResumeRefused,
     body_digest,
@@ -131,6 +133,8 @@ class IngressSettings:
     heartbeat_interval_seconds: int
     accept_wire_v2: bool = True
     """False: refuse column-wise batches and zstd dictionaries as a shore of major 1 does."""
+    body_idle_seconds: float = BODY_IDLE_SECONDS
+    """A request body that sends nothing for this long is given up (`read_body`)."""
 
 
 @dataclass(frozen=True)
@@ -420,9 +424,11 @@ class Ingress:
         with self.limiter.request_slot(), self.limiter.node_slot(signed.node_id):
             if resumable:  # an upload: cut off, it is kept in part (upload_bodies)
                 body = await upload_body(self.partials, request, signed, body_limit, partial(
-                    self.limiter.charge_bytes, signed.node_id))
+                    self.limiter.charge_bytes, signed.node_id),
+                    idle_seconds=self.settings.body_idle_seconds)
             else:
-                body = await read_body(request, body_limit)
+                body = await read_body(request, body_limit,
+                                       idle_seconds=self.settings.body_idle_seconds)
                 self.limiter.charge_bytes(signed.node_id, len(body))
                 check_body(signed, body)
             call = Call(signed.node_id, signed, request, body, now)
@@ -537,7 +543,7 @@ def _classify(error: Exception) -> tuple[int, str, int | None]:
         return 429, error.reason.value, error.retry_after
     if isinstance(error, IngressError):
         return error.status, error.reason, error.retry_after
-    if isinstance(error, ResumeRefused):
+    if isinstance(error, ResumeRefused | BodyStalled):
         return error.status, error.reason, None
     if isinstance(error, WireError):
         return _wire_status(error), error.reason.value, None

@@ -19,6 +19,7 @@ that many uploads in flight at most), none below
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import threading
@@ -38,6 +39,18 @@ RESUME_MISMATCH = "RESUME_MISMATCH"
 BAD_RESUME = "BAD_RESUME"
 _RESUME = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+BODY_STALLED = "BODY_STALLED"
+BODY_IDLE_SECONDS = 60.0
+"""How long a request body may send nothing before the shore gives it up (see `read_body`)."""
+
+
+class BodyStalled(TidesyncError):
+    """A request body that stopped arriving: answered 408, the request's slots freed."""
+
+    code = ErrorCode.REFUSED
+    status, reason = 408, BODY_STALLED
 
 
 class ResumeRefused(TidesyncError):
@@ -133,21 +146,35 @@ class PartialUploads:
 
 
 async def read_body(request: Request, limit: int,
-                    on_cut: Callable[[bytes], None] | None = None) -> bytes:
+                    on_cut: Callable[[bytes], None] | None = None,
+                    idle_seconds: float = BODY_IDLE_SECONDS) -> bytes:
     """The request body, read in chunks and abandoned as soon as it passes `limit` bytes;
-    `on_cut` gets what arrived when the client goes away mid-body."""
+    `on_cut` gets what arrived when the client goes away mid-body, or when nothing more of it
+    arrives for `idle_seconds`.
+
+    A client that went away without a word (a ship that lost power, or a link that went
+    silent and whose reset never came through) would otherwise hold the request, and the
+    node's and the server's slots with it, for as long as the connection looks open: nothing
+    in the server ends a body that stops arriving."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body of {declared} bytes exceeds {limit}")
     chunks: list[bytes] = []
     size = 0
+    stream = request.stream()
     try:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), idle_seconds)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise BodyStalled(f"no body bytes for {idle_seconds:.0f} s") from None
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(f"body exceeds {limit} bytes")
             chunks.append(chunk)
-    except ClientDisconnect:
+    except (ClientDisconnect, BodyStalled):
         if on_cut is not None:
             on_cut(b"".join(chunks))
         raise
@@ -156,7 +183,8 @@ async def read_body(request: Request, limit: int,
 
 async def upload_body(partials: PartialUploads, request: Request, signed: SignedRequest,
                       limit: int, charge: Callable[[int], None],
-                      monotonic: Callable[[], float] = time.monotonic) -> bytes:
+                      monotonic: Callable[[], float] = time.monotonic,
+                      idle_seconds: float = BODY_IDLE_SECONDS) -> bytes:
     """An upload's whole body (after `check_body` on what this request carried): kept in part
     when the upload is cut off, joined to the part kept before when it resumes one."""
     point = resume_point(request.query_params.get("resume"))
@@ -171,7 +199,8 @@ async def upload_body(partials: PartialUploads, request: Request, signed: Signed
             charge(len(received))  # counted against the node's quota like a whole body
             partials.keep(node, whole, before + received, monotonic())
 
-    rest = await read_body(request, limit - (point.offset if point else 0), on_cut=cut)
+    rest = await read_body(request, limit - (point.offset if point else 0), on_cut=cut,
+                           idle_seconds=idle_seconds)
     charge(len(rest))
     check_body(signed, rest)
     if point is None:

@@ -43,7 +43,7 @@ class ShipLinkSettings:
     probe_interval_seconds: float = 0.5
     probe_max_interval_seconds: float = 30
     # Uploads side by side, each on its own connection. Keep it below the shore's
-    # `[shore] node_max_concurrent_requests` (4 by default): the ship's other requests
+    # `[shore] node_max_concurrent_requests` (5 by default): the ship's other requests
     # (receipts, heartbeats, commands) need a slot too.
     uploads_in_flight: int = 3
     # The link time one upload request aims at; its size follows the goodput the ship
