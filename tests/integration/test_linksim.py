@@ -18,6 +18,7 @@ import pytest
 from tidesync.linksim import (
     LinkProfile,
     LinkSimulator,
+    LinkStats,
     OutageMode,
     ResetPlan,
     connection_rng,
@@ -114,21 +115,34 @@ def test_bytes_lost_in_a_blackhole_arrive_at_the_next_retransmission_after_it(
         link.set_down(True)
         time.sleep(0.1)  # set_down takes effect on the link's thread
         written = time.monotonic()  # the link reads them, and loses them, no earlier
-        sock.sendall(b"lost while down")
-        sock.settimeout(2.0)
-        with pytest.raises(TimeoutError):
-            sock.recv(100)
-        up = time.monotonic()
-        link.set_down(False)
-        sock.settimeout(TIMEOUT)
-        answer = receive(sock, len(b"lost while down"))
-        answered = time.monotonic()
+        up, answered = _send_through_the_end_of_an_outage(link, sock, b"lost while down", 2.0)
         assert echo(sock, b"after") == b"after"  # the same connection, not reset
         stats = link.stats
-    assert answer == b"lost while down"
     # Resent 0.5, 1.5 and 3.5 s after the loss: the link was back after about 2 s.
-    resent = retransmission_after(written, up, BLACKHOLE.retransmit_seconds)
-    assert resent - written == pytest.approx(3.5)
+    _resumed_at_retransmission(written, up, answered, stats)
+
+
+def _send_through_the_end_of_an_outage(link: LinkSimulator, sock: socket.socket, data: bytes,
+                                       down_for: float) -> tuple[float, float]:
+    """Send `data` to the echo server while the link is down; after `down_for` seconds
+    without an echo, bring the link back. Returns when it came back and when the echo came."""
+    sock.sendall(data)
+    sock.settimeout(down_for)
+    with pytest.raises(TimeoutError):
+        sock.recv(100)
+    up = time.monotonic()
+    link.set_down(False)
+    sock.settimeout(TIMEOUT)
+    assert receive(sock, len(data)) == data
+    return up, time.monotonic()
+
+
+def _resumed_at_retransmission(lost: float, up: float, answered: float,
+                               stats: LinkStats) -> None:
+    """Bytes lost at `lost` came through at the third retransmission (the link came back at
+    `up`, about 2 s later), on the one connection, which was never reset."""
+    resent = retransmission_after(lost, up, BLACKHOLE.retransmit_seconds)
+    assert resent - lost == pytest.approx(3.5)
     assert answered >= resent - SLACK
     assert stats.resets == 0 and stats.refused == 0 and stats.connections == 1
 
@@ -140,23 +154,11 @@ def test_a_connection_opened_in_a_blackhole_sends_at_its_syn_retransmission(
         time.sleep(0.1)
         opened = time.monotonic()
         with connect(link) as sock:  # the kernel accepts on loopback at once
-            sock.sendall(b"first")
-            sock.settimeout(1.8)
-            with pytest.raises(TimeoutError):
-                sock.recv(100)
-            up = time.monotonic()
-            link.set_down(False)
-            sock.settimeout(TIMEOUT)
-            answer = receive(sock, len(b"first"))
-            answered = time.monotonic()
+            up, answered = _send_through_the_end_of_an_outage(link, sock, b"first", 1.8)
             assert echo(sock, b"then at once") == b"then at once"
         stats = link.stats
-    assert answer == b"first"
-    # The SYN was resent 0.5, 1.5 and 3.5 s after the connect: the link was back after 2 s.
-    resent = retransmission_after(opened, up, BLACKHOLE.retransmit_seconds)
-    assert resent - opened == pytest.approx(3.5)
-    assert answered >= resent - SLACK
-    assert stats.resets == 0 and stats.refused == 0 and stats.connections == 1
+    # The SYN was resent 0.5, 1.5 and 3.5 s after the connect.
+    _resumed_at_retransmission(opened, up, answered, stats)
 
 
 def test_a_refusing_outage_resets_connections_and_the_link_comes_back(
