@@ -236,3 +236,18 @@ def test_a_check_without_an_answer_in_time_means_down_and_its_late_answer_means_
     prober.finish()  # it got through at its retransmission, after the link came back
     assert recovery.collect(20.0)
     assert returned == [10.0] and recovery.down_since is None
+
+
+def test_a_shore_that_stays_slow_is_told_once(caplog: pytest.LogCaptureFixture) -> None:
+    recovery, link, prober, returned = _silent_recovery([True] * 5)
+    with caplog.at_level(logging.DEBUG, logger="tidesync.ship"):
+        for check in range(5):  # every few seconds the uploads are overdue again
+            recovery.suspect(link, 10.0 * check, since=10.0 * check - 4)
+            prober.finish()
+            recovery.collect(10.0 * check + 0.5)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, text in lines if "probing the link" in text] == \
+        [logging.INFO] + [logging.DEBUG] * 4
+    assert [level for level, text in lines if "slow to answer" in text] == \
+        [logging.INFO] + [logging.DEBUG] * 4
+    assert recovery.down_since is None and not returned

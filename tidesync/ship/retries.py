@@ -126,6 +126,8 @@ class LinkRecovery:
     """How long that probe may take: one without an answer by then says the link is down
     (a probe sent into a silent link gets through only at its retransmissions, if ever)."""
     _check_sent: float = 0.0
+    _slow_checks: int = 0
+    """Checks in a row that found the link working (the shore slow); 0 after an outage."""
     _probes: list[tuple[concurrent.futures.Future[bool], float]] = field(default_factory=list)
 
     def schedule(self, backoff: Backoff) -> RetrySchedule:
@@ -175,7 +177,9 @@ class LinkRecovery:
                 or self.suspected_since is not None):
             return
         self.suspected_since, self._check_sent = since, now
-        log.info("no answer from the shore for %.0f s: probing the link", now - since)
+        # A shore that is only slow is told once, not at every check while it stays slow.
+        log.log(logging.DEBUG if self._slow_checks else logging.INFO,
+                "no answer from the shore for %.0f s: probing the link", now - since)
         self._launch(probe, now)
 
     def collect(self, now: float) -> bool:
@@ -192,6 +196,10 @@ class LinkRecovery:
                 if self.down_since is not None:
                     self.works(now, up_at=sent)
                     answered = True
+                elif self.suspected_since is not None:
+                    self._slow_checks += 1
+                    log.log(logging.INFO if self._slow_checks == 1 else logging.DEBUG,
+                            "the link works: the shore is slow to answer")
                 self.suspected_since = None
             elif self.suspected_since is not None and self.down_since is None:
                 self._silent(now)
@@ -245,9 +253,11 @@ class LinkRecovery:
         before)."""
         if now is None and self.monotonic is not None:
             now = self.monotonic()
-        if self.down_since is not None and up_at is not None:
-            for returned in self.on_return:
-                returned(up_at)
+        if self.down_since is not None:
+            self._slow_checks = 0
+            if up_at is not None:
+                for returned in self.on_return:
+                    returned(up_at)
         if self.down_since is not None:
             if now is None:
                 log.warning("the shore answers again: requests resume")
