@@ -8,6 +8,7 @@ on their way taking turns)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +65,18 @@ def test_outages_and_resets_end_with_both_sides_equal_and_each_event_applied_onc
     assert stats.resets > 0  # the link did cut requests short
 
 
-SILENT = LinkProfile(
-    rate_bytes_per_second=16 * 1024, latency_seconds=0.1, loss=0.02, retransmit_seconds=0.5,
-    outage_every_seconds=60.0, outage_seconds=8.0, outage_mode=OutageMode.BLACKHOLE,
-    outage_offset_seconds=3.0,  # while the first uploads are on their way
-    seed=5)
+SILENT = LinkProfile(rate_bytes_per_second=16 * 1024, latency_seconds=0.1, loss=0.02,
+                     retransmit_seconds=0.5, outage_mode=OutageMode.BLACKHOLE, seed=5)
+OUTAGE_SECONDS = 8.0
 
 
 def test_a_link_gone_silent_ends_with_both_sides_equal_and_stuck_requests_given_up(
         pg_database: Any, shore_mariadb: Any, kafka_broker: Any, make_mariadb_database: Any,
         tmp_path: Path) -> None:
-    """A blockage that drops packets instead of refusing them: nothing fails until a request
-    times out, and the connections it caught resume only at their retransmissions. The ship
-    notices the silence, probes, and once the link answers gives up what is stuck (the
-    timeout here is a minute: longer than the whole run)."""
+    """A blockage that drops packets instead of refusing them, from the moment the first
+    upload is on its way: nothing fails until a request times out (a minute here: longer
+    than the whole run), and the connections it caught resume only at their retransmissions.
+    The ship notices the silence, probes, and once the link answers gives up what is stuck."""
     database = make_mariadb_database(shore_mariadb)
     capture = ItemsCapture(database)
     records = workload(capture, rows=1200, updates=400, deletes=40)
@@ -90,7 +89,20 @@ def test_a_link_gone_silent_ends_with_both_sides_equal_and_stuck_requests_given_
             request_timeout_seconds=60, upload_request_ms=500)
         client = build_client(config)
         try:
-            assert client.run(until_idle=True, timeout=120) is ExitCode.IDLE
+            went_down = came_back = None
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                client.step()
+                now = time.monotonic()
+                if went_down is None and client.uploads.flights:
+                    link.set_down(True)
+                    went_down = now
+                elif came_back is None and went_down is not None \
+                        and now - went_down > OUTAGE_SECONDS:
+                    link.set_down(False)
+                    came_back = now
+                elif came_back is not None and client.idle():
+                    break
             counts = client.state.state_counts()
             given_up = client.link.counters.given_up  # type: ignore[attr-defined]
         finally:

@@ -251,3 +251,19 @@ def test_a_shore_that_stays_slow_is_told_once(caplog: pytest.LogCaptureFixture) 
     assert [level for level, text in lines if "slow to answer" in text] == \
         [logging.INFO] + [logging.DEBUG] * 4
     assert recovery.down_since is None and not returned
+
+
+def test_after_a_silent_outage_a_request_getting_through_gives_up_what_is_stuck() -> None:
+    recovery, link, prober, returned = _silent_recovery([False])
+    recovery.monotonic = lambda: 20.0
+    upload = recovery.schedule(Backoff())
+    recovery.suspect(link, 10.0, since=4.0)
+    prober.finish()
+    recovery.collect(13.5)
+    assert recovery.down_since == 4.0
+    upload.succeeded()  # a request's retransmission got through before any probe did
+    # What went before a few seconds ago is stuck behind the retransmissions' backoff.
+    assert returned == [20.0 - recovery.check_seconds] and recovery.down_since is None
+    recovery.lost(30.0)  # an outage of refusals: the requests failed, nothing is stuck
+    upload.succeeded()
+    assert returned == [20.0 - recovery.check_seconds]

@@ -366,6 +366,10 @@ def test_after_an_outage_every_cut_batch_s_question_is_a_probe_and_none_is_doubl
         # client still needs no other probe.
         assert [flight.asks_fate for flight in uploads.flights] == [True, True, True]
         assert uploads.probes_link()
+        # Unanswered for longer than a probe may take: stuck on a link that drops packets
+        # (no refusal comes), so the client's own probes watch the link again.
+        clock.advance(recovery.check_seconds + 0.1)
+        assert not uploads.probes_link()
         shore.release.set()
         for flight in list(uploads.flights):
             flight.future.result(timeout=30)
@@ -450,8 +454,8 @@ def test_uploads_stuck_in_a_silent_link_are_given_up_when_it_answers_and_asked_a
     prober = ManualProber()
     recovery = LinkRecovery(Backoff(0.5, 30.0), random.Random(5), prober=prober)
 
-    def give_up(up_at: float) -> None:
-        shore.abandon(up_at)
+    def give_up(cutoff: float) -> None:
+        shore.abandon(cutoff)
 
     recovery.on_return.append(give_up)
     uploads.retry = recovery.schedule(Backoff(1.0, 300.0))

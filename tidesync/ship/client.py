@@ -148,7 +148,8 @@ class ShipClient:
             settings, self.state, self.link, RemoteApplier(target, settings.node_id),
             set_health=self._downlink_health, link_failed=self._request_failed,
             retry=self.recovery.schedule(self.backoff), clock=self.clock,
-            monotonic=self.monotonic, resender=QueueResender(self.state, self.consumer))
+            monotonic=self.monotonic, resender=QueueResender(self.state, self.consumer),
+            side=self.side)
         return self.downlink
 
     def _downlink_health(self, subsystem: Subsystem, state: HealthState, reason: str,
@@ -192,7 +193,7 @@ class ShipClient:
         if self.topics.due(now):
             self._refresh_topics(now)
         self.recovery.collect(now)
-        if self.node_blocked is None and not self.uploads.probes_link():
+        if self.node_blocked is None and not self.uploads.probes_link(now):
             self.recovery.probe(self.link, now)  # while the link is down
         self._fetch_config()
         self._intake()

@@ -38,6 +38,7 @@ from tidesync.ship.remote_apply import (
     prepare,
 )
 from tidesync.ship.resend import QueueResender, ResendDeferred
+from tidesync.ship.side_requests import SideRequests
 from tidesync.ship.state import SQLiteShipState
 from tidesync.ship.state.commands import COMMANDS_CURSOR, CommandState
 from tidesync.ship.telemetry import HealthReason, HealthState, Subsystem
@@ -53,6 +54,8 @@ _NODE_REFUSALS = frozenset({401, 403, 426})
 AFTER_APPLY_FAILPOINT = "ship_after_command_apply"
 """Between the business database commit and recording the result (crash tests)."""
 
+_PULL, _ACKS = "commands", "command acks"
+"""The downlink's requests, by the name logs give them."""
 HealthSetter = Callable[[Subsystem, HealthState, str, str], None]
 LinkFailed = Callable[[RetrySchedule, LinkError, str], None]
 
@@ -92,8 +95,12 @@ class Downlink:
                  applier: RemoteApplier, *, set_health: HealthSetter,
                  link_failed: LinkFailed, retry: RetrySchedule, clock: Clock = utc_now,
                  monotonic: Callable[[], float] = time.monotonic,
-                 resender: QueueResender | None = None) -> None:
+                 resender: QueueResender | None = None,
+                 side: SideRequests | None = None) -> None:
         self.settings, self.state, self.link, self.applier = settings, state, link, applier
+        self.side = side or SideRequests(threaded=False)
+        """Where the pulls and acks go: the client's side thread on a link with a round trip
+        (the client's loop never waits for the link); here and now otherwise."""
         self.resender = resender
         self.reconciler: CommandReconciler | None = None
         """Answers reconciliation turns and queues their repair snapshots (None: refused)."""
@@ -112,26 +119,32 @@ class Downlink:
 
     def step(self) -> None:
         now = self.monotonic()
-        if self.blocked is not None or not self.retry.due(now):
+        if self.blocked is not None or not self.retry.due(now) or self._waiting():
             return
-        if self.state.pending_ack_count() and not self.send_acks():
-            return
+        if self.state.pending_ack_count():
+            self._send_acks()
+            if self._waiting() or self.state.pending_ack_count():
+                return  # the next page only once every ack is in
         if not (self.more or now >= self.next_pull):
             return
         self.next_pull = now + self.settings.interval
         cursor = self.state.cursor(COMMANDS_CURSOR)
-        try:
-            page = self.link.commands(cursor, self.settings.page_size)
-        except LinkError as error:
-            self._link_error(error, "commands")
-            return
+        size = self.settings.page_size
+        self.side.start(_PULL, lambda: self.link.commands(cursor, size),
+                        lambda page: self._pulled(page, cursor),
+                        lambda error: self._link_error(error, _PULL))
+
+    def _waiting(self) -> bool:
+        return self.side.busy(_PULL) or self.side.busy(_ACKS)
+
+    def _pulled(self, page: pb.CommandsPage, cursor: str) -> None:
         self.retry.succeeded()
         self.pulled = True
         self.more = page.has_more
         if not self._apply_page(page):
             return
         self.state.page_processed(page.next_cursor or cursor)
-        self.send_acks()
+        self._send_acks()
 
     def _link_error(self, error: LinkError, what: str) -> None:
         """Identity/protocol refusals block the node as for uploads; any other refusal of a
@@ -224,28 +237,29 @@ class Downlink:
                                   answer.acks.SerializeToString())
         log.info("shore command %d: %s %s", sequence, answer.result.value, answer.reason)
 
-    def send_acks(self) -> bool:
-        """Send every pending ack; False when the shore could not be reached."""
-        while True:
-            rows = self.state.pending_acks(MAX_ACKS_PER_REQUEST)
-            if not rows:
-                return True
-            parts = [codec.parse_message(raw, pb.CommandAcks) for _, raw in rows]
-            message = merge_acks(self.settings.node_id, parts)
-            try:
-                response = self.link.command_acks(message)
-            except LinkError as error:
-                self._link_error(error, "command acks")
-                return False
-            sent = {command_id for command_id, _ in rows}
-            rejected = set(response.rejected_command_ids) & sent
-            answered = (set(response.accepted_command_ids) | rejected) & sent
-            if rejected:
-                log.warning("the shore refused %d acks (unknown commands)", len(rejected))
-            if not answered:
-                self.retry.failed(self.monotonic())
-                log.warning("the shore accepted none of %d acks; retrying later", len(rows))
-                return False
-            self.state.acks_answered(answered)
-            if len(rows) < MAX_ACKS_PER_REQUEST:
-                return self.state.pending_ack_count() == 0
+    def _send_acks(self) -> None:
+        """Send the pending acks, a request of up to MAX_ACKS_PER_REQUEST at a time (all of
+        them now, on a link without a round trip)."""
+        rows = self.state.pending_acks(MAX_ACKS_PER_REQUEST)
+        if not rows:
+            return
+        parts = [codec.parse_message(raw, pb.CommandAcks) for _, raw in rows]
+        message = merge_acks(self.settings.node_id, parts)
+        self.side.start(_ACKS, lambda: self.link.command_acks(message),
+                        lambda response: self._acks_answered(rows, response),
+                        lambda error: self._link_error(error, _ACKS))
+
+    def _acks_answered(self, rows: list[tuple[bytes, bytes]],
+                       response: pb.CommandAcksResponse) -> None:
+        sent = {command_id for command_id, _ in rows}
+        rejected = set(response.rejected_command_ids) & sent
+        answered = (set(response.accepted_command_ids) | rejected) & sent
+        if rejected:
+            log.warning("the shore refused %d acks (unknown commands)", len(rejected))
+        if not answered:
+            self.retry.failed(self.monotonic())
+            log.warning("the shore accepted none of %d acks; retrying later", len(rows))
+            return
+        self.state.acks_answered(answered)
+        if len(rows) == MAX_ACKS_PER_REQUEST and not self._waiting():
+            self._send_acks()  # more wait (a link without a round trip: at once)

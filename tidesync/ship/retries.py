@@ -114,11 +114,16 @@ class LinkRecovery:
     that drops packets a probe gets no answer until its timeout, and one sent after the link
     came back must not wait for those sent before. None: each probe runs on the client's
     thread and ends before the next starts (links without a round trip)."""
-    max_probes: int = 8
+    max_probes: int = 16
+    """Enough, at the fast interval, to keep one sent within the last few seconds while the
+    earlier ones wait out their timeout (5 s on the HTTP link): on a link that drops packets
+    only a probe sent after it came back (or just before) gets through soon."""
     on_return: list[Callable[[float], None]] = field(default_factory=list)
-    """Called with the time a probe that got through was sent, when the link answers again
-    after it was down: requests still on their way from before then are stuck (see
-    `HttpShoreLink.abandon`)."""
+    """Called when the link answers again after it was down (a probe got through, or anything
+    after an outage found by silence) with the time requests still on their way from before
+    are stuck (see `HttpShoreLink.abandon`): when the probe was sent; when a request got
+    through, `check_seconds` before (one sent into the outage since then resumes at its
+    first retransmissions, soon)."""
     suspected_since: float | None = None
     """Requests have had no answer since then and a probe checks whether the link went silent
     (see `suspect`); None: no check under way."""
@@ -127,6 +132,8 @@ class LinkRecovery:
     (a probe sent into a silent link gets through only at its retransmissions, if ever)."""
     _check_sent: float = 0.0
     _slow_checks: int = 0
+    _went_silent: bool = False
+    """The link is down since the answers stopped (`suspect`), not by refusals."""
     """Checks in a row that found the link working (the shore slow); 0 after an outage."""
     _probes: list[tuple[concurrent.futures.Future[bool], float]] = field(default_factory=list)
 
@@ -212,7 +219,7 @@ class LinkRecovery:
         log.warning("the shore has not answered for %.0f s, nor a probe: the link is down",
                     now - self.suspected_since)
         self.lost(self.suspected_since)
-        self.suspected_since = None
+        self.suspected_since, self._went_silent = None, True
 
     def close(self) -> None:
         if self.prober is not None:
@@ -255,9 +262,12 @@ class LinkRecovery:
             now = self.monotonic()
         if self.down_since is not None:
             self._slow_checks = 0
-            if up_at is not None:
+            cutoff = up_at if up_at is not None else (
+                None if now is None or not self._went_silent else now - self.check_seconds)
+            if cutoff is not None:
                 for returned in self.on_return:
-                    returned(up_at)
+                    returned(cutoff)
+        self._went_silent = False
         if self.down_since is not None:
             if now is None:
                 log.warning("the shore answers again: requests resume")
@@ -285,10 +295,10 @@ def link_recovery(link: object, probe_backoff: Backoff, rng: random.Random,
         if remote else None))
     abandon = getattr(link, "abandon", None)
     if abandon is not None:
-        def give_up_stuck(up_at: float) -> None:
+        def give_up_stuck(cutoff: float) -> None:
             # What is still on its way from before waits for the kernel's retransmissions:
             # it goes again on new connections.
-            count = abandon(up_at)
+            count = abandon(cutoff)
             if count:
                 log.info("%d requests stuck since the link went silent are given up and go"
                          " again", count)

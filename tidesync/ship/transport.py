@@ -134,7 +134,7 @@ class HttpShoreLink:
     def __init__(self, url: str, node_id: str, secret: bytes, *, clock: Clock,
                  timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 keep_alive: float = 60.0, probe_timeout: float = 10.0,
+                 keep_alive: float = 60.0, probe_timeout: float = 5.0,
                  pacer: UplinkPacer | None = None) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -230,7 +230,8 @@ class HttpShoreLink:
     def probe(self) -> bool:
         """Whether the shore's server answers at all: GET /livez, unsigned and with a short
         timeout, so probing a link that is down stays cheap. An answer below 500 counts (it
-        only tells the client to try its real requests now; nothing in it is acted on)."""
+        only tells the client to try its real requests now; nothing in it is acted on).
+        Its connection is not kept: the requests that follow go on their own threads'."""
         try:
             connection = self._open(self.probe_timeout)
             connection.request("GET", self.prefix + LIVEZ_PATH,
@@ -238,10 +239,8 @@ class HttpShoreLink:
             response = connection.getresponse()
             response.read(_PROBE_ANSWER_BYTES)
         except (OSError, http.client.HTTPException):
-            self._drop()
             return False
-        self._local.used_at = self.monotonic()
-        if response.will_close:
+        finally:
             self._drop()
         return response.status < 500
 

@@ -146,14 +146,19 @@ class UploadPipeline:
         if control.batch_max_events:
             self.event_cap = min(self.event_cap, control.batch_max_events)
 
-    def probes_link(self) -> bool:
-        """While the link is down, the first held batch's fate question is the probe (and
-        while such questions are on their way, no other probe is needed)."""
-        if self.retry.recovery is None:
+    def probes_link(self, now: float | None = None) -> bool:
+        """While the link is down, the first held batch's fate question is the probe (when it
+        can go: no request on its way), and while such questions are on their way no other
+        probe is needed — for the recovery's `check_seconds`: one unanswered by then is stuck
+        on a link that drops packets (it gets no refusal), and the link's own probes go."""
+        recovery = self.retry.recovery
+        if recovery is None:
             return False
-        return (bool(self.held) and self.held[0].ask_fate) or (
-            self.retry.recovery.down_since is not None
-            and any(flight.asks_fate for flight in self.flights))
+        now = self.monotonic() if now is None else now
+        if any(flight.asks_fate and now - flight.started < recovery.check_seconds
+               for flight in self.flights):
+            return recovery.down_since is not None
+        return bool(self.held) and self.held[0].ask_fate and not self.flights
 
     def step(self, blocked: bool) -> None:
         """Apply the answers that came, then start what may start."""
@@ -238,7 +243,7 @@ class UploadPipeline:
         """A held batch's fate question goes out as the link's probe when one is due: when
         the link is back its answer is already the batch's, one round trip sooner."""
         recovery = self.retry.recovery
-        if (recovery is None or self.flights or not self.probes_link()
+        if (recovery is None or self.flights or not self.probes_link(now)
                 or not recovery.probe_due(now)):
             return False
         recovery.probe_failed(now)  # the next probe's time, unless this one answers
