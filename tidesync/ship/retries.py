@@ -132,9 +132,9 @@ class LinkRecovery:
     (a probe sent into a silent link gets through only at its retransmissions, if ever)."""
     _check_sent: float = 0.0
     _slow_checks: int = 0
+    """Checks in a row that found the link working (the shore slow); 0 after an outage."""
     _went_silent: bool = False
     """The link is down since the answers stopped (`suspect`), not by refusals."""
-    """Checks in a row that found the link working (the shore slow); 0 after an outage."""
     _probes: list[tuple[concurrent.futures.Future[bool], float]] = field(default_factory=list)
 
     def schedule(self, backoff: Backoff) -> RetrySchedule:
@@ -267,8 +267,6 @@ class LinkRecovery:
             if cutoff is not None:
                 for returned in self.on_return:
                     returned(cutoff)
-        self._went_silent = False
-        if self.down_since is not None:
             if now is None:
                 log.warning("the shore answers again: requests resume")
             else:
@@ -278,7 +276,7 @@ class LinkRecovery:
                 log.log(logging.WARNING if down_for >= BLIP_SECONDS else logging.INFO,
                         "the shore answers again after %.0f s without a link: requests resume",
                         down_for)
-        self.down_since, self.probes = None, 0
+        self.down_since, self.probes, self._went_silent = None, 0, False
         for schedule in self.schedules:
             if schedule.waits_for_link:
                 schedule.reset()

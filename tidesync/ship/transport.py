@@ -416,7 +416,7 @@ class HttpShoreLink:
                     ConnectionAbortedError) as error:
                 self._drop()
                 raise _down(ConnectionClosed(LinkReason.NETWORK_ERROR,
-                                              f"{method} failed: {type(error).__name__}"),
+                                             f"{method} failed: {type(error).__name__}"),
                             sent, writing) from error
             except (OSError, http.client.HTTPException) as error:
                 self._drop()
